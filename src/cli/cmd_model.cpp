@@ -1,0 +1,134 @@
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "serve/generate.h"
+#include "train/evaluate.h"
+#include "train/optim.h"
+#include "train/trainer.h"
+
+namespace mf::cli {
+namespace {
+
+struct Loaded {
+  Config cfg;
+  TransformerLM model{nullptr};
+  std::string tokenizer;
+};
+
+Loaded load_model(const std::string& path) {
+  Loaded l;
+  l.cfg = checkpoint_config(path);
+  auto ck = read_checkpoint(path);
+  l.model = TransformerLM(l.cfg.model);
+  load_model_tensors(*l.model, ck.model);
+  l.tokenizer = ck.tokenizer_path();
+  return l;
+}
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) ids.push_back(std::stoll(item));
+  return ids;
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+  static std::string ckpt;
+  static int64_t threads = 0;
+
+  auto* ev = app.add_subcommand("eval", "per-domain loss and perplexity of a checkpoint on the prepared corpus");
+  static std::string split = "test", data_dir, dump_path, dump_tokens, dump_text;
+  static int64_t windows = 64, seq_len = 0;
+  ev->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  ev->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
+  ev->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
+  ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::PositiveNumber);
+  ev->add_option("--seq-len", seq_len, "window length (default: train.seq_len)");
+  ev->add_option("--dump-logits", dump_path, "write the logits of --tokens/--text as safetensors (tensor 'logits' [T, V])");
+  ev->add_option("--tokens", dump_tokens, "comma-separated token ids for --dump-logits");
+  ev->add_option("--text", dump_text, "text to tokenize for --dump-logits");
+  ev->add_option("--threads", threads, "intra-op threads (0 = default)");
+  ev->callback([] {
+    if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    auto l = load_model(ckpt);
+    if (!dump_path.empty()) {
+      std::vector<int64_t> ids = parse_ids(dump_tokens);
+      if (!dump_text.empty()) {
+        for (int id : Tokenizer(l.tokenizer).encode(dump_text)) ids.push_back(id);
+      }
+      if (ids.empty()) throw CLI::ValidationError("--dump-logits needs --tokens or --text");
+      for (auto id : ids)
+        if (id < 0 || id >= l.cfg.model.vocab_size) throw CLI::ValidationError(fmt::format("token id {} out of range", id));
+      torch::NoGradGuard g;
+      l.model->eval();
+      auto logits = l.model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0);
+      save_safetensors(dump_path, {{"logits", logits}, {"tokens", torch::tensor(ids, torch::kLong)}});
+      std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), dump_path);
+      return;
+    }
+    PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
+    if (corpus.vocab_size() != l.cfg.model.vocab_size) throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
+    auto losses = evaluate_domains(l.model, corpus, split, seq_len > 0 ? seq_len : l.cfg.train.seq_len, windows, 16);
+    std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
+    for (auto& d : losses)
+      std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);
+    std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", "mean", mean_loss(losses), std::exp(mean_loss(losses)));
+  });
+
+  auto* gen = app.add_subcommand("generate", "sample text from a checkpoint (KV cache, temperature, top-p)");
+  static std::string prompt;
+  static SamplingOptions so;
+  gen->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  gen->add_option("--prompt", prompt, "text to continue")->required();
+  gen->add_option("--max-tokens", so.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", so.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  gen->add_option("--top-p", so.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", so.seed, "sampling seed");
+  gen->add_option("--threads", threads, "intra-op threads (0 = default)");
+  gen->callback([] {
+    if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    auto l = load_model(ckpt);
+    Tokenizer tok(l.tokenizer);
+    so.stop_token = tok.eos_id();
+    std::cout << prompt << tok.decode(generate(l.model, tok.encode(prompt), so)) << "\n";
+  });
+
+  auto* info = app.add_subcommand("info", "architecture, parameter counts and training state of a checkpoint");
+  static bool as_json = false;
+  info->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  info->add_flag("--json", as_json, "print JSON");
+  info->callback([] {
+    auto l = load_model(ckpt);
+    auto ck = read_checkpoint(ckpt);
+    auto c = l.model->param_counts();
+    const auto& m = l.cfg.model;
+    nlohmann::json j = {{"checkpoint", ck.dir}, {"architecture", ck.metadata()["moeforge.architecture"]},
+                        {"step", std::stoll(ck.metadata()["moeforge.step"])}, {"vocab_size", m.vocab_size},
+                        {"d_model", m.d_model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
+                        {"n_kv_heads", m.n_kv_heads}, {"ffn", m.ffn}, {"ffn_hidden", m.ffn_hidden},
+                        {"max_seq_len", m.max_seq_len}, {"parameters", c.total}, {"parameters_embedding", c.embedding},
+                        {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.total}};
+    if (as_json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    for (auto& [k, v] : j.items()) std::cout << fmt::format("{:<28} {}\n", k, v.is_string() ? v.get<std::string>() : v.dump());
+    std::cout << "tensors:\n";
+    for (auto& [name, t] : ck.model.tensors)
+      std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(t.scalar_type()), c10::str(t.sizes()));
+  });
+}
+
+}  // namespace mf::cli

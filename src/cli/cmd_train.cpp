@@ -1,0 +1,66 @@
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace mf::cli {
+
+static void print_summary(const TrainResult& r) {
+  const auto& s = r.summary;
+  std::cout << fmt::format("\n== {} ==  steps {}  params {:.2f}M  tokens {:.2f}M  {:.0f} tok/s  {:.0f} s\n",
+                           s["run"].get<std::string>(), s["steps"].get<int64_t>(), s["parameters"].get<int64_t>() / 1e6,
+                           s["tokens_seen"].get<int64_t>() / 1e6, s["tokens_per_s"].get<double>(),
+                           s["elapsed_s"].get<double>());
+  std::cout << fmt::format("{:<12} {:>9} {:>11}\n", "domain", "val loss", "perplexity");
+  for (auto& [dom, loss] : s["val_loss"].items())
+    std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", dom, loss.get<double>(), std::exp(loss.get<double>()));
+  std::cout << fmt::format("{:<12} {:>9.4f}   (unigram entropy of the corpus: {:.4f} nats)\n", "mean",
+                           s["val_loss_mean"].get<double>(), s["unigram_entropy_nats"].get<double>());
+  std::cout << "sample: " << s["sample"].get<std::string>() << "\n";
+  std::cout << "run directory: " << r.run_dir << "  (metrics.jsonl, summary.json, checkpoints/)\n";
+}
+
+void register_train_commands(CLI::App& app) {
+  auto* tr = app.add_subcommand("train", "train a language model from a TOML config; writes runs/NAME/ with "
+                                         "config.toml, metrics.jsonl, checkpoints/ and summary.json");
+  static std::string cfg_path;
+  static std::vector<std::string> sets;
+  static TrainOptions opt;
+  tr->add_option("config", cfg_path, "TOML config (e.g. configs/quickstart.toml); optional with --resume")
+      ->check(CLI::ExistingFile);
+  add_set_option(tr, sets);
+  tr->add_option("--resume", opt.resume, "continue bit-identically from a checkpoint or a run directory (its latest)");
+  tr->add_flag("--overwrite", opt.overwrite, "delete an existing run directory of the same name first");
+  tr->add_option("--stop-after", opt.stop_after, "stop after N steps of this invocation (checkpoint written)");
+  tr->callback([] {
+    Config cfg;
+    if (cfg_path.empty() && !opt.resume.empty()) {
+      cfg = checkpoint_config(opt.resume);
+      for (const auto& s : sets) apply_override(cfg, s);
+      validate(cfg);
+    } else if (cfg_path.empty()) {
+      throw CLI::RequiredError("config (or --resume)");
+    } else {
+      cfg = resolve_config(cfg_path, sets);
+    }
+    print_summary(train(cfg, opt));
+  });
+
+  auto* cf = app.add_subcommand("config", "print the resolved config (file + --set) as TOML, or the schema");
+  static std::string show_path;
+  static std::vector<std::string> show_sets;
+  static bool markdown = false;
+  cf->add_option("config", show_path, "TOML config to resolve (defaults without one)")->check(CLI::ExistingFile);
+  add_set_option(cf, show_sets);
+  cf->add_flag("--markdown", markdown, "print the config reference (every key, type, default, range) as Markdown");
+  cf->callback([] {
+    if (markdown) std::cout << schema_markdown();
+    else std::cout << to_toml(resolve_config(show_path, show_sets));
+  });
+}
+
+}  // namespace mf::cli

@@ -1,0 +1,19 @@
+// Each file registers its subcommands on the CLI11 app.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace mf::cli {
+
+void register_data_commands(CLI::App& app);   // data prepare, doctor
+void register_train_commands(CLI::App& app);  // train, config
+void register_model_commands(CLI::App& app);  // eval, generate, info
+
+// CONFIG file (optional) + --set overrides, validated.
+Config resolve_config(const std::string& path, const std::vector<std::string>& sets);
+void add_set_option(CLI::App* cmd, std::vector<std::string>& sets);
+
+}  // namespace mf::cli

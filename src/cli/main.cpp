@@ -1,0 +1,35 @@
+// moeforge: the command-line front end of libmoeforge.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "core/util.h"
+#include "io/safetensors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"
+               "Start with `moeforge data prepare`, then `moeforge train configs/quickstart.toml`."};
+  app.set_version_flag("--version", std::string("moeforge ") + MOEFORGE_VERSION);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  app.require_subcommand(1);
+  mf::cli::register_data_commands(app);
+  mf::cli::register_train_commands(app);
+  mf::cli::register_model_commands(app);
+  app.parse_complete_callback([&] { mf::setup_logging(verbose); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mf::ConfigError& e) {
+    spdlog::error("config error: {}", e.what());
+    return 2;
+  } catch (const mf::FormatError& e) {
+    spdlog::error("{}", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,213 @@
+#include "core/config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace mf {
+
+const KeySpec* find_key(const std::string& path) {
+  for (const auto& k : config_schema())
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
+// Edit distance for "did you mean" hints; small enough to not need a library.
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_key(const std::string& path) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& k : config_schema()) {
+    size_t d = edit_distance(path, k.path);
+    if (d < best_d) best_d = d, best = k.path;
+  }
+  return best;
+}
+
+static const char* type_name(ValueType t) {
+  switch (t) {
+    case ValueType::Int: return "integer";
+    case ValueType::Float: return "float";
+    case ValueType::Bool: return "boolean";
+    default: return "string";
+  }
+}
+
+std::string value_to_string(const Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (auto* d = std::get_if<double>(&v)) {
+    std::string s = fmt::format("{}", *d);
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep TOML float type
+    return s;
+  }
+  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  std::string out = "\"";
+  for (char c : std::get<std::string>(v)) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out + "\"";
+}
+
+static std::string range_text(const KeySpec& k) {
+  if (!k.choices.empty()) {
+    std::string s;
+    for (auto& c : k.choices) s += (s.empty() ? "" : ", ") + c;
+    return "one of {" + s + "}";
+  }
+  if (k.min <= k.max) return fmt::format("[{}, {}]", k.min, k.max);
+  return "any";
+}
+
+// Type-checks, range-checks and stores one value.
+static void set_checked(Config& cfg, const KeySpec& k, Value v, const std::string& where) {
+  if (k.type == ValueType::Float && std::holds_alternative<int64_t>(v))
+    v = static_cast<double>(std::get<int64_t>(v));
+  bool ok = (k.type == ValueType::Int && std::holds_alternative<int64_t>(v)) ||
+            (k.type == ValueType::Float && std::holds_alternative<double>(v)) ||
+            (k.type == ValueType::Bool && std::holds_alternative<bool>(v)) ||
+            (k.type == ValueType::String && std::holds_alternative<std::string>(v));
+  if (!ok)
+    throw ConfigError(fmt::format("{}: key '{}' must be a {}, got {}", where, k.path,
+                                  type_name(k.type), value_to_string(v)));
+  double num = 0;
+  if (auto* i = std::get_if<int64_t>(&v)) num = static_cast<double>(*i);
+  if (auto* d = std::get_if<double>(&v)) num = *d;
+  bool numeric = k.type == ValueType::Int || k.type == ValueType::Float;
+  if (numeric && k.min <= k.max && (!(num >= k.min && num <= k.max) || std::isnan(num)))
+    throw ConfigError(fmt::format("{}: key '{}' = {} is out of range; allowed {}", where, k.path,
+                                  value_to_string(v), range_text(k)));
+  if (k.type == ValueType::String) {
+    const auto& s = std::get<std::string>(v);
+    if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+      throw ConfigError(fmt::format("{}: key '{}' = \"{}\" is not allowed; allowed {}", where,
+                                    k.path, s, range_text(k)));
+  }
+  k.set(cfg, v);
+}
+
+static std::optional<Value> node_value(const toml::node& n) {
+  if (n.is_integer()) return Value(n.value<int64_t>().value());
+  if (n.is_floating_point()) return Value(n.value<double>().value());
+  if (n.is_boolean()) return Value(n.value<bool>().value());
+  if (n.is_string()) return Value(n.value<std::string>().value());
+  return std::nullopt;
+}
+
+static void apply_table(Config& cfg, const toml::table& tbl, const std::string& prefix,
+                        const std::string& source) {
+  for (auto&& [k, node] : tbl) {
+    std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (node.is_table()) {
+      apply_table(cfg, *node.as_table(), path, source);
+      continue;
+    }
+    const KeySpec* spec = find_key(path);
+    if (!spec)
+      throw ConfigError(fmt::format("{}: unknown key '{}' (did you mean '{}'?)", source, path,
+                                    closest_key(path)));
+    auto v = node_value(node);
+    if (!v)
+      throw ConfigError(fmt::format("{}: key '{}' must be a {}", source, path, type_name(spec->type)));
+    set_checked(cfg, *spec, *v, source);
+  }
+}
+
+void apply_toml_text(Config& cfg, const std::string& text, const std::string& source) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(fmt::format("{}:{}:{}: TOML syntax error: {}", source, b.line, b.column,
+                                  e.description()));
+  }
+  apply_table(cfg, tbl, "", source);
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("cannot open config file '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Config cfg;
+  apply_toml_text(cfg, ss.str(), path);
+  validate(cfg);
+  return cfg;
+}
+
+void apply_override(Config& cfg, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(fmt::format("--set '{}': expected KEY=VALUE", assignment));
+  std::string path = assignment.substr(0, eq), raw = assignment.substr(eq + 1);
+  const KeySpec* spec = find_key(path);
+  if (!spec)
+    throw ConfigError(fmt::format("--set: unknown key '{}' (did you mean '{}'?)", path, closest_key(path)));
+  std::optional<Value> v;
+  try {  // parse the value as TOML; a bare word for a string key is taken literally
+    auto t = toml::parse("v = " + raw);
+    v = node_value(*t.get("v"));
+  } catch (const toml::parse_error&) {
+  }
+  if (!v && spec->type == ValueType::String) v = Value(raw);
+  if (!v) throw ConfigError(fmt::format("--set: key '{}' must be a {}, got '{}'", path, type_name(spec->type), raw));
+  set_checked(cfg, *spec, *v, "--set");
+}
+
+void validate(const Config& c) {
+  const auto& m = c.model;
+  if (m.d_model % m.n_heads != 0)
+    throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));
+  if ((m.d_model / m.n_heads) % 2 != 0)
+    throw ConfigError("model.d_model / model.n_heads (head dim) must be even for RoPE");
+  if (m.n_heads % m.n_kv_heads != 0)
+    throw ConfigError(fmt::format("model.n_kv_heads ({}) must divide model.n_heads ({})", m.n_kv_heads, m.n_heads));
+  if (c.train.seq_len > m.max_seq_len)
+    throw ConfigError(fmt::format("train.seq_len ({}) exceeds model.max_seq_len ({})", c.train.seq_len, m.max_seq_len));
+  double w = c.data.weight_dictionary + c.data.weight_scripture + c.data.weight_technical + c.data.weight_quotations;
+  if (w <= 0) throw ConfigError("data.weight_*: at least one domain weight must be positive");
+}
+
+std::string to_toml(const Config& cfg) {
+  std::string out, section;
+  for (const auto& k : config_schema()) {
+    auto dot = k.path.find('.');
+    std::string sec = k.path.substr(0, dot), name = k.path.substr(dot + 1);
+    if (sec != section) {
+      out += (section.empty() ? "" : "\n") + fmt::format("[{}]\n", sec);
+      section = sec;
+    }
+    out += fmt::format("{} = {}\n", name, value_to_string(k.get(cfg)));
+  }
+  return out;
+}
+
+std::string schema_markdown() {
+  Config defaults;
+  std::string out =
+      "# Configuration reference\n\nGenerated by `moeforge config --markdown` from the schema in "
+      "`src/core/config_schema.cpp`. Unknown keys, wrong types and out-of-range values are errors "
+      "that name the key.\n\n| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& k : config_schema())
+    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", k.path, type_name(k.type),
+                       value_to_string(k.get(defaults)), range_text(k), k.help);
+  return out;
+}
+
+}  // namespace mf

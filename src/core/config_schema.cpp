@@ -1,0 +1,110 @@
+// The config schema: every valid key, its type, range, default and help.
+#include "core/config.h"
+
+#include <limits>
+#include <type_traits>
+
+namespace mf {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <class S, class T>
+KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, double lo = 1,
+            double hi = 0, std::vector<std::string> choices = {}) {
+  KeySpec s;
+  s.path = path;
+  s.help = help;
+  s.min = lo;
+  s.max = hi;
+  s.choices = std::move(choices);
+  if constexpr (std::is_same_v<T, bool>) s.type = ValueType::Bool;
+  else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
+  else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
+  else s.type = ValueType::String;
+  s.get = [sec, field](const Config& c) -> Value { return Value((c.*sec).*field); };
+  s.set = [sec, field](Config& c, const Value& v) { (c.*sec).*field = std::get<T>(v); };
+  return s;
+}
+
+std::vector<KeySpec> build_schema() {
+  using C = Config;
+  return {
+      key("model.d_model", &C::model, &ModelConfig::d_model, "hidden size", 8, 65536),
+      key("model.n_layers", &C::model, &ModelConfig::n_layers, "number of decoder blocks", 1, 512),
+      key("model.n_heads", &C::model, &ModelConfig::n_heads, "attention (query) heads", 1, 1024),
+      key("model.n_kv_heads", &C::model, &ModelConfig::n_kv_heads,
+          "key/value heads (GQA); must divide n_heads", 1, 1024),
+      key("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, "SwiGLU hidden width", 1, 1 << 20),
+      key("model.max_seq_len", &C::model, &ModelConfig::max_seq_len,
+          "longest sequence (RoPE table, KV cache)", 2, 1 << 20),
+      key("model.rope_theta", &C::model, &ModelConfig::rope_theta, "RoPE base", 1, kInf),
+      key("model.norm_eps", &C::model, &ModelConfig::norm_eps, "RMSNorm epsilon", 0, 1),
+      key("model.init_std", &C::model, &ModelConfig::init_std,
+          "std of normal init for all weights (UniPool used 0.01)", 0, 10),
+      key("model.scale_out_init", &C::model, &ModelConfig::scale_out_init,
+          "scale output projections' init std by 1/sqrt(2*n_layers)"),
+      key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot type", 1, 0, {"swiglu"}),
+
+      key("data.dir", &C::data, &DataConfig::dir, "prepared corpus directory (tokenizer, shards, manifest)"),
+      key("data.source_root", &C::data, &DataConfig::source_root,
+          "filesystem root where the Debian corpus packages are found"),
+      key("data.vocab_size", &C::data, &DataConfig::vocab_size, "SentencePiece BPE vocabulary size", 300, 65535),
+      key("data.tokenizer_sample_bytes", &C::data, &DataConfig::tokenizer_sample_bytes,
+          "bytes per domain used to train the tokenizer", 1000, 1e10),
+      key("data.max_source_bytes", &C::data, &DataConfig::max_source_bytes,
+          "use only this many bytes of text per domain (0 = all; for quick tests)", 0, 1e12),
+      key("data.weight_dictionary", &C::data, &DataConfig::weight_dictionary,
+          "training mixture weight of the dictionary domain (gcide)", 0, 1e6),
+      key("data.weight_scripture", &C::data, &DataConfig::weight_scripture,
+          "training mixture weight of the scripture domain (KJV)", 0, 1e6),
+      key("data.weight_technical", &C::data, &DataConfig::weight_technical,
+          "training mixture weight of the technical domain (C++ Annotations)", 0, 1e6),
+      key("data.weight_quotations", &C::data, &DataConfig::weight_quotations,
+          "training mixture weight of the quotations domain (fortunes)", 0, 1e6),
+
+      key("train.seed", &C::train, &TrainConfig::seed, "seed for init and data order", 0, 9e15),
+      key("train.steps", &C::train, &TrainConfig::steps, "optimizer steps", 1, 1e12),
+      key("train.batch_size", &C::train, &TrainConfig::batch_size, "sequences per micro-batch", 1, 1e6),
+      key("train.seq_len", &C::train, &TrainConfig::seq_len, "tokens per training sequence", 2, 1 << 20),
+      key("train.grad_accum", &C::train, &TrainConfig::grad_accum, "micro-batches per optimizer step", 1, 1e6),
+      key("train.lr", &C::train, &TrainConfig::lr, "peak learning rate", 0, 10),
+      key("train.min_lr_ratio", &C::train, &TrainConfig::min_lr_ratio,
+          "final LR of the cosine schedule as a fraction of the peak", 0, 1),
+      key("train.warmup_steps", &C::train, &TrainConfig::warmup_steps, "linear warmup steps", 0, 1e12),
+      key("train.weight_decay", &C::train, &TrainConfig::weight_decay, "AdamW decoupled weight decay", 0, 10),
+      key("train.decay_embeddings", &C::train, &TrainConfig::decay_embeddings,
+          "apply weight decay to the token embedding too"),
+      key("train.beta1", &C::train, &TrainConfig::beta1, "AdamW beta1", 0, 1),
+      key("train.beta2", &C::train, &TrainConfig::beta2, "AdamW beta2", 0, 1),
+      key("train.adam_eps", &C::train, &TrainConfig::adam_eps, "AdamW epsilon", 0, 1),
+      key("train.grad_clip", &C::train, &TrainConfig::grad_clip, "max global grad norm (0 = off)", 0, 1e9),
+      key("train.threads", &C::train, &TrainConfig::threads, "intra-op threads (0 = LibTorch default)", 0, 1024),
+      key("train.log_every", &C::train, &TrainConfig::log_every, "steps between metric lines", 1, 1e12),
+      key("train.ckpt_every", &C::train, &TrainConfig::ckpt_every, "steps between checkpoints (0 = only at the end)", 0, 1e12),
+      key("train.keep_checkpoints", &C::train, &TrainConfig::keep_checkpoints,
+          "how many recent checkpoints to keep (0 = all)", 0, 1e6),
+
+      key("eval.every", &C::eval, &EvalConfig::every, "steps between validation passes (0 = only at the end)", 0, 1e12),
+      key("eval.windows", &C::eval, &EvalConfig::windows, "fixed validation windows per domain", 1, 1e7),
+      key("eval.batch_size", &C::eval, &EvalConfig::batch_size, "windows per evaluation batch", 1, 1e6),
+
+      key("sample.prompt", &C::sample, &SampleConfig::prompt, "prompt of the text sample printed after training"),
+      key("sample.max_tokens", &C::sample, &SampleConfig::max_tokens, "tokens to generate", 0, 1e6),
+      key("sample.temperature", &C::sample, &SampleConfig::temperature, "sampling temperature (0 = greedy)", 0, 100),
+      key("sample.top_p", &C::sample, &SampleConfig::top_p, "nucleus sampling mass", 0, 1),
+      key("sample.seed", &C::sample, &SampleConfig::seed, "sampling seed", 0, 9e15),
+
+      key("run.name", &C::run, &RunConfig::name, "run name: output goes to OUT_DIR/NAME"),
+      key("run.out_dir", &C::run, &RunConfig::out_dir, "directory holding runs"),
+  };
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& config_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+}  // namespace mf

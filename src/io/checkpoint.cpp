@@ -1,0 +1,82 @@
+#include "io/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/util.h"
+
+namespace mf {
+namespace fs = std::filesystem;
+
+void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
+  fs::path final_dir(dir);
+  fs::path tmp = final_dir.parent_path() / (".tmp-" + final_dir.filename().string());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_safetensors((tmp / "model.safetensors").string(), c.model, c.model_metadata);
+  save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer);
+  write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(2) + "\n");
+  if (!c.tokenizer_file.empty()) write_file_atomic((tmp / "tokenizer.model").string(), read_file(c.tokenizer_file));
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_dir(final_dir.parent_path().string());
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  fs::path root = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(root)) return "";
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0) names.push_back(e.path().string());
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());  // zero-padded step numbers sort lexically
+  return names.back();
+}
+
+void prune_checkpoints(const std::string& ckpt_root, int64_t keep) {
+  if (keep <= 0 || !fs::is_directory(ckpt_root)) return;
+  std::vector<fs::path> dirs;
+  for (auto& e : fs::directory_iterator(ckpt_root))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i) fs::remove_all(dirs[i]);
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  fs::path p(path);
+  if (fs::is_regular_file(p)) p = p.parent_path();
+  if (fs::is_directory(p / "checkpoints")) {
+    auto latest = latest_checkpoint(p.string());
+    if (latest.empty()) throw FormatError(fmt::format("run directory '{}' has no checkpoints", path));
+    p = latest;
+  }
+  if (!fs::exists(p / "model.safetensors"))
+    throw FormatError(fmt::format("'{}' is not a checkpoint (no model.safetensors)", path));
+  Checkpoint c;
+  c.dir = p.string();
+  c.model = load_safetensors((p / "model.safetensors").string());
+  return c;
+}
+
+std::string Checkpoint::tokenizer_path() const { return (fs::path(dir) / "tokenizer.model").string(); }
+
+std::string Checkpoint::config_toml() const {
+  auto it = model.metadata.find("moeforge.config");
+  if (it == model.metadata.end()) throw FormatError(fmt::format("{}: model.safetensors lacks the moeforge.config metadata", dir));
+  return it->second;
+}
+
+nlohmann::json Checkpoint::trainer_state() const {
+  auto f = (fs::path(dir) / "trainer_state.json").string();
+  try {
+    return nlohmann::json::parse(read_file(f));
+  } catch (const std::exception& e) {
+    throw FormatError(fmt::format("{}: unreadable trainer state: {}", f, e.what()));
+  }
+}
+
+SafetensorsData Checkpoint::optimizer() const { return load_safetensors((fs::path(dir) / "optimizer.safetensors").string()); }
+
+}  // namespace mf

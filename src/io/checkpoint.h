@@ -1,0 +1,36 @@
+// Checkpoint directories: model.safetensors (HF-named weights; resolved config in the
+// metadata), optimizer.safetensors, trainer_state.json and tokenizer.model.
+// Written into a temporary directory, every file fsynced, then renamed into place.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/safetensors.h"
+
+namespace mf {
+
+struct CheckpointContents {
+  NamedTensors model, optimizer;
+  Metadata model_metadata;
+  nlohmann::json trainer_state;
+  std::string tokenizer_file;  // copied in, so a checkpoint is self-contained
+};
+
+void write_checkpoint(const std::string& dir, const CheckpointContents& c);
+
+struct Checkpoint {
+  std::string dir;
+  SafetensorsData model;
+  Metadata metadata() const { return model.metadata; }
+  std::string tokenizer_path() const;
+  std::string config_toml() const;  // from the model metadata
+  nlohmann::json trainer_state() const;
+  SafetensorsData optimizer() const;  // loaded on demand
+};
+
+// `path` is a checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
+Checkpoint read_checkpoint(const std::string& path);
+std::string latest_checkpoint(const std::string& run_dir);  // "" if none
+void prune_checkpoints(const std::string& ckpt_root, int64_t keep);
+
+}  // namespace mf

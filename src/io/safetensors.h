@@ -1,0 +1,38 @@
+// safetensors reader/writer. Format: u64 little-endian header length N, N bytes of
+// JSON {name: {dtype, shape, data_offsets:[b,e]}, "__metadata__": {str: str}}, then the
+// raw little-endian data. Written by hand: no C++ safetensors library ships in Debian.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mf {
+
+class FormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+using Metadata = std::map<std::string, std::string>;
+
+struct SafetensorsData {
+  std::map<std::string, at::Tensor> tensors;
+  Metadata metadata;
+  const at::Tensor& at(const std::string& name) const;  // throws FormatError if missing
+};
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+// Validates everything (lengths, JSON, dtypes, shapes, offsets in bounds, no overlap,
+// no holes) and throws FormatError naming the file and the problem.
+SafetensorsData parse_safetensors(const std::string& bytes, const std::string& source);
+SafetensorsData load_safetensors(const std::string& path);
+Metadata read_safetensors_metadata(const std::string& path);
+
+}  // namespace mf

@@ -1,0 +1,106 @@
+#include "model/layers.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+namespace mf {
+
+torch::Tensor AuxLosses::total() const {
+  torch::Tensor t;
+  for (const auto& [name, v] : terms) t = t.defined() ? t + v : v;
+  return t;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto rms = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return x * rms * weight;
+}
+
+RopeTable::RopeTable(int64_t max_seq, int64_t head_dim, double theta) {
+  auto half = head_dim / 2;
+  auto inv_freq = torch::pow(theta, -torch::arange(0, half, torch::kFloat64) * 2.0 / head_dim);
+  auto ang = torch::outer(torch::arange(0, max_seq, torch::kFloat64), inv_freq);  // [S, D/2]
+  auto full = torch::cat({ang, ang}, -1);
+  cos = full.cos();
+  sin = full.sin();
+}
+
+torch::Tensor RopeTable::apply(const torch::Tensor& x, int64_t start_pos) const {
+  auto T = x.size(2), D = x.size(3);
+  TORCH_CHECK(start_pos + T <= cos.size(0), "sequence position ", start_pos + T,
+              " exceeds model.max_seq_len ", cos.size(0));
+  auto c = cos.narrow(0, start_pos, T).to(x.dtype());
+  auto s = sin.narrow(0, start_pos, T).to(x.dtype());
+  auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * c + rotated * s;
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.d_model / c.n_heads) {
+  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  q_proj = register_module("q_proj", lin(c.d_model, n_heads * head_dim));
+  k_proj = register_module("k_proj", lin(c.d_model, n_kv_heads * head_dim));
+  v_proj = register_module("v_proj", lin(c.d_model, n_kv_heads * head_dim));
+  o_proj = register_module("o_proj", lin(n_heads * head_dim, c.d_model));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache) {
+  const auto B = x.size(0), T = x.size(1);
+  const int64_t start = cache ? cache->length() : 0;
+  auto q = q_proj->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
+  auto k = k_proj->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  auto v = v_proj->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  q = rope.apply(q, start);
+  k = rope.apply(k, start);
+  if (cache) {
+    if (cache->k.defined()) {
+      k = torch::cat({cache->k, k}, 2);
+      v = torch::cat({cache->v, v}, 2);
+    }
+    cache->k = k;
+    cache->v = v;
+  }
+  const auto S = k.size(2);
+  if (n_kv_heads != n_heads) {  // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
+    k = k.repeat_interleave(n_heads / n_kv_heads, 1);
+    v = v.repeat_interleave(n_heads / n_kv_heads, 1);
+  }
+  torch::Tensor out;
+#if TORCH_VERSION_MAJOR >= 2
+  if (start == 0) out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#endif
+  if (!out.defined()) {
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+    // query t (absolute position start + t) may see keys 0 .. start + t
+    auto mask = torch::ones({T, S}, torch::kBool).triu(start + 1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+    out = torch::matmul(torch::softmax(scores, -1), v);
+  }
+  out = out.transpose(1, 2).reshape({B, T, n_heads * head_dim});
+  return o_proj->forward(out);
+}
+
+SwiGLU::SwiGLU(int64_t d, int64_t hidden) {
+  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  gate_proj = register_module("gate_proj", lin(d, hidden));
+  up_proj = register_module("up_proj", lin(d, hidden));
+  down_proj = register_module("down_proj", lin(hidden, d));
+}
+
+torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
+  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t /*layer*/) {
+  if (c.ffn == "swiglu") return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
+  throw std::invalid_argument("unknown model.ffn '" + c.ffn + "'");
+}
+
+}  // namespace mf

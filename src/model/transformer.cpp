@@ -1,0 +1,94 @@
+#include "model/transformer.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+namespace mf {
+
+DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer) {
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.d_model, c.norm_eps));
+  self_attn = register_module("self_attn", Attention(c));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.d_model, c.norm_eps));
+  mlp = register_module("mlp", make_feed_forward(c, layer));
+}
+
+torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache,
+                                        AuxLosses& aux) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), rope, cache);
+  return h + mlp->forward(post_attention_layernorm->forward(h), aux);
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.d_model));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    blocks.emplace_back(c, i);
+    layers->push_back(blocks.back());
+  }
+  norm = register_module("norm", RMSNorm(c.d_model, c.norm_eps));
+}
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
+    : cfg_(c), rope_(c.max_seq_len, c.d_model / c.n_heads, c.rope_theta) {
+  TORCH_CHECK(c.vocab_size > 0, "model vocab_size must be set (from the tokenizer)");
+  model = register_module("model", Decoder(c));
+  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches) {
+  if (caches && caches->empty()) caches->resize(model->blocks.size());
+  auto x = model->embed_tokens->forward(tokens);
+  for (size_t i = 0; i < model->blocks.size(); ++i)
+    x = model->blocks[i]->forward(x, rope_, caches ? &(*caches)[i] : nullptr, aux);
+  return lm_head->forward(model->norm->forward(x));
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
+  AuxLosses aux;
+  return forward(tokens, aux);
+}
+
+static bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void TransformerLMImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
+  std::vector<std::string> out_names = {"self_attn.o_proj.weight"};
+  for (auto& n : model->blocks.front()->mlp->output_projection_names()) out_names.push_back("mlp." + n);
+  for (auto& p : named_parameters()) {
+    const auto& name = p.key();
+    auto& t = p.value();
+    if (ends_with(name, "norm.weight")) {
+      t.fill_(1.0);
+      continue;
+    }
+    bool is_out = false;
+    for (auto& o : out_names) is_out |= ends_with(name, o);
+    t.normal_(0.0, is_out ? out_std : cfg_.init_std, gen);
+  }
+}
+
+ParamCounts TransformerLMImpl::param_counts() const {
+  ParamCounts c;
+  for (auto& p : named_parameters()) {
+    c.total += p.value().numel();
+    if (p.key() == "model.embed_tokens.weight") c.embedding += p.value().numel();
+  }
+  c.non_embedding = c.total - c.embedding;
+  return c;
+}
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  auto V = logits.size(-1);
+  auto l = logits.reshape({-1, V});
+  if (l.scalar_type() != torch::kFloat64) l = l.to(torch::kFloat32);
+  return torch::nn::functional::cross_entropy(l, targets.reshape({-1}));
+}
+
+}  // namespace mf

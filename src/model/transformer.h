@@ -1,0 +1,60 @@
+// LLaMA-style decoder LM. Parameter names follow the Hugging Face LLaMA convention
+// (model.layers.{i}.self_attn.q_proj.weight, ..., lm_head.weight).
+#pragma once
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+
+#include "model/layers.h"
+
+namespace mf {
+
+// pre-norm block: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))
+class DecoderBlockImpl : public torch::nn::Module {
+ public:
+  DecoderBlockImpl(const ModelConfig& c, int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache, AuxLosses& aux);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  std::shared_ptr<FeedForward> mlp;
+};
+TORCH_MODULE(DecoderBlock);
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& c);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  std::vector<DecoderBlock> blocks;  // the same modules as `layers`, typed
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+struct ParamCounts {
+  int64_t total = 0, embedding = 0, non_embedding = 0;
+};
+
+class TransformerLMImpl : public torch::nn::Module {
+ public:
+  explicit TransformerLMImpl(const ModelConfig& c);
+  // tokens [B, T] int64 -> logits [B, T, V]. With caches, positions continue after them.
+  torch::Tensor forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr);
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // normal(0, init_std) everywhere, ones for norms, output projections scaled by
+  // 1/sqrt(2 n_layers) when model.scale_out_init; deterministic in `seed`.
+  void init_weights(uint64_t seed);
+  ParamCounts param_counts() const;
+  const ModelConfig& config() const { return cfg_; }
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+
+ private:
+  ModelConfig cfg_;
+  RopeTable rope_;
+};
+TORCH_MODULE(TransformerLM);
+
+// mean next-token cross entropy in float32; logits [B, T, V], targets [B, T]
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace mf

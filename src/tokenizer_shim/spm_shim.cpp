@@ -1,0 +1,74 @@
+// A C shim around SentencePiece, loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND).
+// Why: Debian's libsentencepiece bundles and exports its own protobuf 3.14 while
+// LibTorch loads the system libprotobuf 3.21; linked into one process they interpose
+// each other's symbols and crash at start-up. Loaded this way each keeps its own.
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+void set_err(const std::string& msg, char* err, size_t n) {
+  if (err && n) {
+    std::strncpy(err, msg.c_str(), n - 1);
+    err[n - 1] = '\0';
+  }
+}
+}  // namespace
+
+extern "C" {
+
+void* mfspm_load(const char* path, char* err, size_t errlen) {
+  auto* sp = new sentencepiece::SentencePieceProcessor();
+  auto st = sp->Load(path);
+  if (!st.ok()) {
+    set_err(st.ToString(), err, errlen);
+    delete sp;
+    return nullptr;
+  }
+  return sp;
+}
+
+void mfspm_free(void* h) { delete static_cast<sentencepiece::SentencePieceProcessor*>(h); }
+
+int mfspm_info(void* h, int what) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(h);
+  switch (what) {
+    case 0: return sp->GetPieceSize();
+    case 1: return sp->eos_id();
+    case 2: return sp->bos_id();
+    default: return sp->unk_id();
+  }
+}
+
+// ids are malloc'ed; the caller releases them with free()
+int mfspm_encode(void* h, const char* text, size_t len, int** ids, size_t* n, char* err, size_t errlen) {
+  std::vector<int> out;
+  auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(std::string(text, len), &out);
+  if (!st.ok()) return set_err(st.ToString(), err, errlen), 1;
+  *n = out.size();
+  *ids = static_cast<int*>(std::malloc(sizeof(int) * (out.size() + 1)));
+  std::memcpy(*ids, out.data(), sizeof(int) * out.size());
+  return 0;
+}
+
+int mfspm_decode(void* h, const int* ids, size_t n, char** text, size_t* len, char* err, size_t errlen) {
+  std::string out;
+  auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Decode(std::vector<int>(ids, ids + n), &out);
+  if (!st.ok()) return set_err(st.ToString(), err, errlen), 1;
+  *len = out.size();
+  *text = static_cast<char*>(std::malloc(out.size() + 1));
+  std::memcpy(*text, out.data(), out.size());
+  return 0;
+}
+
+int mfspm_train(const char* args, char* err, size_t errlen) {
+  auto st = sentencepiece::SentencePieceTrainer::Train(args);
+  if (!st.ok()) return set_err(st.ToString(), err, errlen), 1;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,40 @@
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/util.h"
+
+namespace mf {
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  if (!std::filesystem::exists(path)) return out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {  // a line cut short by a crash
+    }
+  }
+  return out;
+}
+
+MetricsLog::MetricsLog(const std::string& path, int64_t keep_until_step) {
+  if (keep_until_step >= 0) {
+    std::string kept;
+    for (auto& r : read_metrics(path))
+      if (r.value("step", int64_t{0}) <= keep_until_step) kept += r.dump() + "\n";
+    write_file_atomic(path, kept);
+  }
+  out_.open(path, keep_until_step >= 0 ? std::ios::app : std::ios::trunc);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  out_ << record.dump() << "\n";
+  out_.flush();
+}
+
+}  // namespace mf

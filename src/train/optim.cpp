@@ -1,0 +1,111 @@
+#include "train/optim.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+namespace mf {
+namespace {
+
+bool no_decay(const std::string& name, const TrainConfig& c) {
+  auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  return ends("norm.weight") || ends(".bias") || (!c.decay_embeddings && ends("embed_tokens.weight"));
+}
+
+// LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string;
+// 2.x by the pointer itself. Derive the key type from the map so both compile.
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+using StateKey = typename StateMap::key_type;
+template <class K>
+K make_key(c10::TensorImpl* p) {
+  if constexpr (std::is_same_v<K, std::string>) {
+    std::ostringstream s;
+    s << p;
+    return s.str();
+  } else {
+    return static_cast<K>(p);
+  }
+}
+StateKey key_of(const torch::Tensor& p) { return make_key<StateKey>(p.unsafeGetTensorImpl()); }
+
+}  // namespace
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& c) {
+  std::vector<torch::Tensor> decay, plain;
+  for (auto& p : model.named_parameters()) (no_decay(p.key(), c) ? plain : decay).push_back(p.value());
+  auto opts = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.adam_eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, opts(c.weight_decay));
+  groups.emplace_back(plain, opts(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+}
+
+double lr_at(const TrainConfig& c, int64_t step) {
+  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  const double span = std::max<int64_t>(1, c.steps - 1 - c.warmup_steps);
+  const double t = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  const double min_lr = c.lr * c.min_lr_ratio;
+  return min_lr + 0.5 * (c.lr - min_lr) * (1.0 + std::cos(M_PI * t));
+}
+
+NamedTensors optimizer_state_tensors(torch::optim::AdamW& opt, torch::nn::Module& model) {
+  NamedTensors out;
+  auto& state = opt.state();
+  for (auto& p : model.named_parameters()) {
+    auto it = state.find(key_of(p.value()));
+    if (it == state.end()) continue;
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    out.emplace_back(p.key() + ".exp_avg", s.exp_avg());
+    out.emplace_back(p.key() + ".exp_avg_sq", s.exp_avg_sq());
+    out.emplace_back(p.key() + ".step", torch::tensor({static_cast<int64_t>(s.step())}, torch::kLong));
+  }
+  return out;
+}
+
+void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, const SafetensorsData& st) {
+  auto& state = opt.state();
+  state.clear();
+  for (auto& p : model.named_parameters()) {
+    const auto& name = p.key();
+    if (!st.tensors.count(name + ".step")) continue;  // parameter never stepped
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    auto m = st.at(name + ".exp_avg"), v = st.at(name + ".exp_avg_sq");
+    if (m.sizes() != p.value().sizes() || v.sizes() != p.value().sizes())
+      throw FormatError(fmt::format("optimizer state of '{}' has the wrong shape", name));
+    s->step(st.at(name + ".step").item<int64_t>());
+    s->exp_avg(m.to(p.value().dtype()).clone());
+    s->exp_avg_sq(v.to(p.value().dtype()).clone());
+    state[key_of(p.value())] = std::move(s);
+  }
+}
+
+NamedTensors model_tensors(const torch::nn::Module& model) {
+  NamedTensors out;
+  for (auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
+  torch::NoGradGuard g;
+  auto params = model.named_parameters();
+  for (auto& p : params) {
+    const auto& t = st.at(p.key());
+    if (t.sizes() != p.value().sizes())
+      throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", p.key(),
+                                    c10::str(t.sizes()), c10::str(p.value().sizes())));
+    p.value().copy_(t);
+  }
+  for (auto& [name, t] : st.tensors)
+    if (!params.contains(name)) throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
+}
+
+}  // namespace mf
