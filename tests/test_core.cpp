@@ -1,0 +1,149 @@
+// Config schema/validation and core utilities.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/config.h"
+#include "core/util.h"
+
+using namespace mf;
+
+static std::string config_error(const std::string& toml) {
+  Config c;
+  try {
+    apply_toml_text(c, toml, "test.toml");
+    validate(c);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }
+
+TEST(Config, AppliesValues) {
+  Config c;
+  apply_toml_text(c, "[train]\nlr = 1e-3\nsteps = 7\n[model]\nscale_out_init = false\nffn = \"swiglu\"", "t");
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_FALSE(c.model.scale_out_init);
+}
+
+TEST(Config, IntegerAcceptedForFloatKey) {
+  Config c;
+  apply_toml_text(c, "[train]\nlr = 1", "t");
+  EXPECT_DOUBLE_EQ(c.train.lr, 1.0);
+}
+
+TEST(Config, UnknownKeyNamesPathAndSuggestion) {
+  auto e = config_error("[train]\nlearning_rat = 0.1");
+  EXPECT_NE(e.find("train.learning_rat"), std::string::npos) << e;
+  e = config_error("[train]\nstep = 5");
+  EXPECT_NE(e.find("did you mean 'train.steps'"), std::string::npos) << e;
+  e = config_error("[modle]\nd_model = 64");
+  EXPECT_NE(e.find("modle.d_model"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.d_model"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypeNamesKeyAndType) {
+  auto e = config_error("[train]\nsteps = \"many\"");
+  EXPECT_NE(e.find("train.steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("integer"), std::string::npos) << e;
+  e = config_error("[train]\nsteps = 1.5");
+  EXPECT_NE(e.find("integer"), std::string::npos) << e;
+}
+
+TEST(Config, OutOfRangeNamesRange) {
+  auto e = config_error("[train]\nbeta2 = 1.5");
+  EXPECT_NE(e.find("train.beta2"), std::string::npos) << e;
+  EXPECT_NE(e.find("[0, 1]"), std::string::npos) << e;
+  e = config_error("[model]\nffn = \"moe\"");
+  EXPECT_NE(e.find("one of {swiglu}"), std::string::npos) << e;
+}
+
+TEST(Config, SyntaxErrorHasLocation) {
+  auto e = config_error("[train\nlr = 1");
+  EXPECT_NE(e.find("test.toml:1"), std::string::npos) << e;
+}
+
+TEST(Config, CrossFieldChecks) {
+  EXPECT_NE(config_error("[model]\nn_heads = 8\nn_kv_heads = 3").find("n_kv_heads"), std::string::npos);
+  EXPECT_NE(config_error("[model]\nd_model = 100\nn_heads = 8").find("divisible"), std::string::npos);
+  EXPECT_NE(config_error("[train]\nseq_len = 4096").find("max_seq_len"), std::string::npos);
+}
+
+TEST(Config, OverridesUseTheSameValidation) {
+  Config c;
+  apply_override(c, "train.lr=0.5");
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
+  apply_override(c, "run.name=my-run");
+  EXPECT_EQ(c.run.name, "my-run");
+  apply_override(c, "model.scale_out_init=false");
+  EXPECT_FALSE(c.model.scale_out_init);
+  EXPECT_THROW(apply_override(c, "train.lrr=0.5"), ConfigError);
+  EXPECT_THROW(apply_override(c, "train.steps=abc"), ConfigError);
+  EXPECT_THROW(apply_override(c, "train.steps=-1"), ConfigError);
+  EXPECT_THROW(apply_override(c, "novalue"), ConfigError);
+}
+
+TEST(Config, TomlRoundTrip) {
+  Config a;
+  a.train.lr = 1.25e-4;
+  a.sample.prompt = "quote \" and\nnewline";
+  a.model.n_layers = 7;
+  Config b;
+  apply_toml_text(b, to_toml(a), "roundtrip");
+  EXPECT_EQ(to_toml(a), to_toml(b));
+  EXPECT_EQ(b.sample.prompt, a.sample.prompt);
+  EXPECT_DOUBLE_EQ(b.train.lr, 1.25e-4);
+}
+
+TEST(Config, MarkdownListsEveryKey) {
+  auto md = schema_markdown();
+  for (auto& k : config_schema()) EXPECT_NE(md.find("`" + k.path + "`"), std::string::npos) << k.path;
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  const char* src = std::getenv("MOEFORGE_SOURCE_DIR");
+  if (!src) GTEST_SKIP() << "MOEFORGE_SOURCE_DIR not set";
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator(std::string(src) + "/configs")) {
+    EXPECT_NO_THROW(load_config(e.path().string())) << e.path();
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+TEST(Util, Fnv1aKnownValues) {
+  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cULL);
+}
+
+TEST(Util, SplitMixIsDeterministicAndSeedSensitive) {
+  SplitMix64 a(1), b(1), c(2);
+  for (int i = 0; i < 5; ++i) {
+    auto x = a.next();
+    EXPECT_EQ(x, b.next());
+    EXPECT_NE(x, c.next());
+  }
+  EXPECT_EQ(SplitMix64(0).next(), 0xe220a8397b1dcdafULL);  // reference value of SplitMix64
+  EXPECT_NE(mix_seed(1, 2, 3), mix_seed(1, 3, 2));
+}
+
+TEST(Util, AtomicWriteReplacesWhole) {
+  auto dir = std::filesystem::temp_directory_path() / "mf_util_test";
+  std::filesystem::create_directories(dir);
+  auto p = (dir / "f.txt").string();
+  write_file_atomic(p, "first version");
+  write_file_atomic(p, "second");
+  EXPECT_EQ(read_file(p), "second");
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "temp file left behind";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Util, FormatDuration) {
+  EXPECT_EQ(format_duration(83), "01:23");
+  EXPECT_EQ(format_duration(3725), "1:02:05");
+  EXPECT_EQ(format_duration(-1), "--:--");
+}

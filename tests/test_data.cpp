@@ -1,0 +1,157 @@
+// Corpus extraction, shards, the batch sampler and data preparation.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "core/util.h"
+#include "data/corpus.h"
+#include "data/prepare.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
+
+using namespace mf;
+namespace fs = std::filesystem;
+
+TEST(Sanitize, ControlCharsOverstrikeAndUtf8) {
+  EXPECT_EQ(sanitize_text("a\tb\r\nc\x01"), "a b\nc");
+  EXPECT_EQ(sanitize_text("_\bX_\bY"), "XY");
+  EXPECT_EQ(sanitize_text("caf\xc3\xa9 \xff ok"), "caf\xc3\xa9  ok");
+  EXPECT_EQ(sanitize_text("\xe2\x82"), "");  // truncated sequence dropped
+}
+
+TEST(Corpus, GcideEntriesLoseMarkup) {
+  const std::string text =
+      "00-database-short\n   The Collaborative International Dictionary\n\n"
+      "Alleyway \\Al\"ley*way`\\n.\n   An alley.\n   [1913 Webster]\n\n"
+      "All hail \\All` hail\"\\ [All + hail, interj.]\n   All health; see {Halloween}.\n   [1913 Webster]\n\n"
+      "12 \\12\\ adj.\n   1. twelve\n\n   Syn: twelve, xii, dozen\n        [WordNet 1.5 +PJC]\n";
+  auto docs = parse_gcide(text);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(docs[0], "Alleyway n.\nAn alley.");
+  EXPECT_EQ(docs[1], "All hail [All + hail, interj.]\nAll health; see Halloween.");
+  EXPECT_EQ(docs[2], "12 adj.\n1. twelve\nSyn: twelve, xii, dozen");
+}
+
+TEST(Corpus, BibleChaptersWithoutVerseNumbers) {
+  auto docs = parse_bible("\nGenesis 1\n\n  1 In the beginning.\n  2 And the earth.\n\nGenesis 2\n\n  1 Thus.\n");
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0], "Genesis 1\nIn the beginning.\nAnd the earth.");
+  EXPECT_EQ(docs[1], "Genesis 2\nThus.");
+}
+
+TEST(Corpus, FortunesAndParagraphs) {
+  auto q = parse_fortunes("First quote\n  -- A\n%\nSecond\n%\n\n%\n");
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0], "First quote\n  -- A");
+  auto p = parse_paragraphs("aaaa\nbbbb\n\ncccc\n\n\ndddd\n", 8);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0], "aaaa\nbbbb");
+  EXPECT_EQ(p[1], "cccc\n\ndddd");
+}
+
+TEST(Shards, RoundTripAndCorruptionDetected) {
+  auto dir = fs::temp_directory_path() / "mf_shard_test";
+  fs::create_directories(dir);
+  auto path = (dir / "s.bin").string();
+  std::vector<uint16_t> toks = {1, 2, 3, 999, 0};
+  write_token_shard(path, toks, 1000);
+  EXPECT_EQ(read_token_shard(path, 1000), toks);
+  EXPECT_THROW(read_token_shard(path, 500), std::runtime_error);  // vocab mismatch
+  auto bytes = read_file(path);
+  write_file_atomic(path, bytes.substr(0, bytes.size() - 2));
+  EXPECT_THROW(read_token_shard(path, 1000), std::runtime_error);  // truncated
+  bytes[bytes.size() - 1] ^= 1;
+  write_file_atomic(path, bytes);
+  EXPECT_THROW(read_token_shard(path, 1000), std::runtime_error);  // checksum
+  fs::remove_all(dir);
+}
+
+TEST(Entropy, HandComputed) {
+  // p = (1/4, 1/4, 1/2): H = 1.5 ln 2
+  EXPECT_NEAR(unigram_entropy({1, 1, 2, 0}), 1.5 * std::log(2.0), 1e-12);
+  EXPECT_NEAR(unigram_entropy({5, 5, 5, 5}), std::log(4.0), 1e-12);
+}
+
+TEST(Windows, EvenlySpacedAndShifted) {
+  std::vector<uint16_t> toks(20);
+  for (int i = 0; i < 20; ++i) toks[i] = static_cast<uint16_t>(i);
+  auto b = fixed_windows(toks, 4, 3);
+  EXPECT_EQ(b.inputs[0][0].item<int64_t>(), 0);
+  EXPECT_EQ(b.inputs[2][3].item<int64_t>(), 18);  // last window ends at the last target
+  EXPECT_EQ(b.targets[2][3].item<int64_t>(), 19);
+  EXPECT_TRUE(torch::equal(b.targets.narrow(1, 0, 3), b.inputs.narrow(1, 1, 3)));
+  EXPECT_THROW(fixed_windows(toks, 20, 1), std::runtime_error);
+}
+
+class PreparedData : public ::testing::Test {
+ protected:
+  static DataConfig config(const std::string& name) {
+    DataConfig c;
+    c.dir = (fs::temp_directory_path() / name).string();
+    c.max_source_bytes = 60000;
+    c.tokenizer_sample_bytes = 30000;
+    c.vocab_size = 400;
+    return c;
+  }
+};
+
+TEST_F(PreparedData, DeterministicIdempotentAndLoadable) {
+  auto a = config("mf_data_a"), b = config("mf_data_b");
+  fs::remove_all(a.dir), fs::remove_all(b.dir);
+  auto ra = prepare_corpus(a, false);
+  EXPECT_FALSE(ra.skipped);
+  auto rb = prepare_corpus(b, false);
+  EXPECT_EQ(ra.manifest["domains"], rb.manifest["domains"]);
+  EXPECT_EQ(ra.manifest["tokenizer"]["checksum"], rb.manifest["tokenizer"]["checksum"]);
+  for (auto& d : ra.manifest["domains"])
+    for (auto& s : split_names()) {
+      auto f = d["splits"][s]["file"].get<std::string>();
+      EXPECT_EQ(file_checksum(a.dir + "/" + f), file_checksum(b.dir + "/" + f)) << f;
+      EXPECT_GT(d["splits"][s]["tokens"].get<int64_t>(), 0) << f;
+    }
+  EXPECT_TRUE(prepare_corpus(a, false).skipped);
+  a.vocab_size = 420;  // changed input: rebuilt
+  EXPECT_FALSE(prepare_corpus(a, false).skipped);
+
+  PreparedCorpus corpus(b.dir);
+  EXPECT_EQ(corpus.domains(), (std::vector<std::string>{"dictionary", "scripture", "technical", "quotations"}));
+  Tokenizer tok(corpus.tokenizer_path());
+  const std::string text = "In the beginning\n  int main() { return 0; } \xc3\xa9";
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);  // byte fallback: lossless
+
+  BatchSampler s1(corpus, {1, 1, 1, 1}, 16, 42), s2(corpus, {1, 1, 1, 1}, 16, 42), s3(corpus, {1, 1, 1, 1}, 16, 43);
+  auto x = s1.sample(5, 0, 8), y = s2.sample(5, 0, 8);
+  EXPECT_TRUE(torch::equal(x.inputs, y.inputs));
+  EXPECT_TRUE(torch::equal(x.inputs.narrow(1, 1, 15), x.targets.narrow(1, 0, 15)));
+  EXPECT_FALSE(torch::equal(x.inputs, s1.sample(6, 0, 8).inputs));
+  EXPECT_FALSE(torch::equal(x.inputs, s1.sample(5, 1, 8).inputs));
+  EXPECT_FALSE(torch::equal(x.inputs, s3.sample(5, 0, 8).inputs));
+
+  // mixture weights: only scripture -> every window comes from scripture's train split
+  BatchSampler only(corpus, {0, 1, 0, 0}, 8, 1);
+  const auto& scripture = corpus.tokens(1, "train");
+  auto z = only.sample(0, 0, 4);
+  for (int64_t r = 0; r < 4; ++r) {
+    bool found = false;
+    for (size_t st = 0; st + 8 <= scripture.size() && !found; ++st) {
+      bool eq = true;
+      for (int64_t t = 0; t < 8 && eq; ++t) eq = scripture[st + t] == z.inputs[r][t].item<int64_t>();
+      found = eq;
+    }
+    EXPECT_TRUE(found) << "row " << r;
+  }
+
+  // a damaged shard makes loading fail with a clear message
+  auto shard = a.dir + "/tokens/quotations.val.bin";
+  auto bytes = read_file(shard);
+  write_file_atomic(shard, bytes.substr(0, bytes.size() / 2));
+  try {
+    PreparedCorpus broken(a.dir);
+    FAIL() << "truncated shard accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("quotations.val.bin"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(prepare_corpus(a, false).skipped);  // and prepare repairs it
+  fs::remove_all(a.dir), fs::remove_all(b.dir);
+}

@@ -1,0 +1,235 @@
+// Model layers against their formulas and dense references, in float64.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/transformer.h"
+#include "serve/generate.h"
+#include "train/optim.h"
+
+using namespace mf;
+
+namespace {
+
+ModelConfig tiny(int64_t kv_heads = 2) {
+  ModelConfig c;
+  c.vocab_size = 37;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.ffn_hidden = 24;
+  c.max_seq_len = 32;
+  c.init_std = 0.2;
+  return c;
+}
+
+TransformerLM make_model(const ModelConfig& c, uint64_t seed = 1) {
+  TransformerLM m(c);
+  m->init_weights(seed);
+  m->to(torch::kFloat64);
+  return m;
+}
+
+}  // namespace
+
+TEST(RMSNorm, MatchesHandComputedValue) {
+  RMSNorm n(2, 0.0);
+  {
+    torch::NoGradGuard g;
+    n->weight.copy_(torch::tensor({1.0, 2.0}));
+  }
+  n->to(torch::kFloat64);
+  auto y = n->forward(torch::tensor({{3.0, 4.0}}, torch::kFloat64));
+  const double r = std::sqrt((9.0 + 16.0) / 2.0);  // rms of (3, 4)
+  EXPECT_NEAR(y[0][0].item<double>(), 3.0 / r, 1e-12);
+  EXPECT_NEAR(y[0][1].item<double>(), 2.0 * 4.0 / r, 1e-12);
+}
+
+TEST(RMSNorm, MatchesFormulaWithEps) {
+  RMSNorm n(8, 1e-3);
+  n->to(torch::kFloat64);
+  auto x = torch::randn({5, 8}, torch::kFloat64);
+  auto ref = x / torch::sqrt((x * x).mean(-1, true) + 1e-3);
+  EXPECT_TRUE(torch::allclose(n->forward(x), ref, 1e-12, 1e-12));
+}
+
+TEST(Rope, PositionZeroIsIdentityAndNormPreserved) {
+  RopeTable r(16, 8, 10000.0);
+  auto x = torch::randn({1, 2, 5, 8}, torch::kFloat64);
+  auto y = r.apply(x, 0);
+  EXPECT_TRUE(torch::allclose(y.select(2, 0), x.select(2, 0), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(y.norm(2, -1), x.norm(2, -1), 1e-10, 1e-10));
+}
+
+TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
+  RopeTable r(64, 8, 10000.0);
+  auto q = torch::randn({1, 1, 1, 8}, torch::kFloat64), k = torch::randn({1, 1, 1, 8}, torch::kFloat64);
+  auto dot = [&](int64_t pq, int64_t pk) { return (r.apply(q, pq) * r.apply(k, pk)).sum().item<double>(); };
+  EXPECT_NEAR(dot(5, 2), dot(13, 10), 1e-10);
+  EXPECT_NEAR(dot(0, 7), dot(20, 27), 1e-10);
+  EXPECT_GT(std::abs(dot(5, 2) - dot(5, 3)), 1e-6);  // and it does depend on the offset
+}
+
+TEST(Rope, HandComputedRotation) {
+  // head_dim 2: one pair rotated by angle = position * theta^0 = position
+  RopeTable r(4, 2, 10000.0);
+  auto x = torch::tensor({1.0, 0.0}, torch::kFloat64).view({1, 1, 1, 2});
+  auto y = r.apply(x, 1);
+  EXPECT_NEAR(y.view(-1)[0].item<double>(), std::cos(1.0), 1e-12);
+  EXPECT_NEAR(y.view(-1)[1].item<double>(), std::sin(1.0), 1e-12);
+}
+
+TEST(Attention, IsCausal) {
+  auto m = make_model(tiny());
+  auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
+  auto changed = tokens.clone();
+  changed.narrow(1, 7, 5).random_(0, 37);
+  torch::NoGradGuard g;
+  auto a = m->forward(tokens), b = m->forward(changed);
+  EXPECT_TRUE(torch::equal(a.narrow(1, 0, 7), b.narrow(1, 0, 7)));
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5)));
+}
+
+TEST(Attention, GroupedQueryEqualsMultiHeadWithSharedKV) {
+  auto gqa = make_model(tiny(2));
+  auto mha = make_model(tiny(4), 2);
+  {
+    torch::NoGradGuard g;
+    auto src = gqa->named_parameters();
+    for (auto& p : mha->named_parameters()) {
+      auto t = src[p.key()];
+      bool kv = p.key().find("k_proj") != std::string::npos || p.key().find("v_proj") != std::string::npos;
+      if (kv) t = t.view({2, 4, 16}).repeat_interleave(2, 0).reshape({16, 16});  // head h reads kv h/2
+      p.value().copy_(t);
+    }
+  }
+  auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
+  torch::NoGradGuard g;
+  EXPECT_TRUE(torch::allclose(gqa->forward(tokens), mha->forward(tokens), 1e-10, 1e-10));
+}
+
+TEST(Attention, KVCacheMatchesFullForward) {
+  auto m = make_model(tiny());
+  auto tokens = torch::randint(0, 37, {1, 10}, torch::kLong);
+  torch::NoGradGuard g;
+  auto full = m->forward(tokens);
+  std::vector<LayerCache> caches;
+  AuxLosses aux;
+  auto first = m->forward(tokens.narrow(1, 0, 4), aux, &caches);
+  EXPECT_TRUE(torch::allclose(first, full.narrow(1, 0, 4), 1e-10, 1e-10));
+  for (int64_t t = 4; t < 10; ++t) {
+    auto step = m->forward(tokens.narrow(1, t, 1), aux, &caches);
+    EXPECT_TRUE(torch::allclose(step.squeeze(1), full.select(1, t), 1e-10, 1e-10)) << "position " << t;
+  }
+}
+
+TEST(SwiGLU, MatchesFormula) {
+  SwiGLU f(6, 10);
+  f.to(torch::kFloat64);
+  auto x = torch::randn({3, 6}, torch::kFloat64);
+  AuxLosses aux;
+  auto w1 = f.gate_proj->weight, w3 = f.up_proj->weight, w2 = f.down_proj->weight;
+  auto a = torch::matmul(x, w1.t());
+  auto ref = torch::matmul((a / (1 + torch::exp(-a))) * torch::matmul(x, w3.t()), w2.t());
+  EXPECT_TRUE(torch::allclose(f.forward(x, aux), ref, 1e-12, 1e-12));
+  EXPECT_TRUE(aux.terms.empty());
+}
+
+TEST(Transformer, HuggingFaceParameterNames) {
+  auto m = make_model(tiny());
+  auto p = m->named_parameters();
+  for (const char* n : {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+                        "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+                        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                        "model.layers.0.post_attention_layernorm.weight", "model.layers.1.mlp.gate_proj.weight",
+                        "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+                        "model.norm.weight", "lm_head.weight"})
+    EXPECT_TRUE(p.contains(n)) << n;
+  EXPECT_EQ(p["model.layers.0.self_attn.k_proj.weight"].sizes(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(static_cast<int64_t>(p.size()), 2 + 9 * 2 + 1);
+}
+
+TEST(Transformer, InitFollowsConfig) {
+  ModelConfig c = tiny();
+  c.d_model = 64, c.ffn_hidden = 128, c.vocab_size = 500, c.init_std = 0.05, c.n_layers = 8;
+  TransformerLM m(c);
+  m->init_weights(3);
+  auto p = m->named_parameters();
+  EXPECT_TRUE(torch::equal(p["model.norm.weight"], torch::ones({64})));
+  EXPECT_NEAR(p["model.embed_tokens.weight"].std().item<double>(), 0.05, 0.002);
+  EXPECT_NEAR(p["model.layers.0.mlp.down_proj.weight"].std().item<double>(), 0.05 / 4.0, 0.001);
+  EXPECT_NEAR(p["model.layers.0.self_attn.o_proj.weight"].std().item<double>(), 0.05 / 4.0, 0.001);
+  TransformerLM again(c);
+  again->init_weights(3);
+  EXPECT_TRUE(torch::equal(again->lm_head->weight, m->lm_head->weight));
+}
+
+TEST(Transformer, GradientMatchesFiniteDifferences) {
+  auto m = make_model(tiny());
+  auto tokens = torch::randint(0, 37, {2, 6}, torch::kLong), targets = torch::randint(0, 37, {2, 6}, torch::kLong);
+  auto loss_fn = [&] { return lm_loss(m->forward(tokens), targets); };
+  m->zero_grad();
+  loss_fn().backward();
+  torch::NoGradGuard g;
+  int checked = 0;
+  for (auto& p : m->named_parameters()) {
+    auto flat = p.value().view(-1);
+    auto grad = p.value().grad().view(-1);
+    for (int64_t i : {int64_t{0}, flat.numel() / 2, flat.numel() - 1}) {
+      const double h = 1e-6, orig = flat[i].item<double>();
+      flat[i] = orig + h;
+      double up = loss_fn().item<double>();
+      flat[i] = orig - h;
+      double down = loss_fn().item<double>();
+      flat[i] = orig;
+      double numeric = (up - down) / (2 * h), analytic = grad[i].item<double>();
+      EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p.key() << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 21 * 3);
+}
+
+TEST(Transformer, OverfitsOneBatch) {
+  torch::manual_seed(0);
+  ModelConfig c = tiny();
+  c.init_std = 0.02;
+  TransformerLM m(c);
+  m->init_weights(5);
+  TrainConfig tc;
+  tc.lr = 1e-2, tc.weight_decay = 0.0;
+  auto opt = make_optimizer(*m, tc);
+  auto tokens = torch::randint(0, 37, {4, 16}, torch::kLong), targets = torch::randint(0, 37, {4, 16}, torch::kLong);
+  double first = 0, last = 0;
+  for (int i = 0; i < 150; ++i) {
+    opt->zero_grad();
+    auto loss = lm_loss(m->forward(tokens), targets);
+    loss.backward();
+    opt->step();
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_NEAR(first, std::log(37.0), 0.1);
+  EXPECT_LT(last, 0.05);
+}
+
+TEST(Generate, TopPKeepsSmallestPrefix) {
+  auto p = torch::tensor({0.1, 0.5, 0.3, 0.1}, torch::kFloat64);
+  auto f = top_p_filter(p, 0.7);  // 0.5 + 0.3 reaches 0.7
+  EXPECT_TRUE(torch::allclose(f, torch::tensor({0.0, 0.625, 0.375, 0.0}, torch::kFloat64)));
+  EXPECT_TRUE(torch::allclose(top_p_filter(p, 0.4), torch::tensor({0.0, 1.0, 0.0, 0.0}, torch::kFloat64)));
+  EXPECT_TRUE(torch::equal(top_p_filter(p, 1.0), p));
+}
+
+TEST(Generate, SeededAndGreedyAreDeterministic) {
+  auto m = make_model(tiny());
+  SamplingOptions o;
+  o.max_tokens = 8;
+  auto a = generate(m, {1, 2, 3}, o), b = generate(m, {1, 2, 3}, o);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 8u);
+  o.temperature = 0;
+  auto greedy = generate(m, {1, 2, 3}, o);
+  torch::NoGradGuard g;
+  auto logits = m->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0));
+  EXPECT_EQ(greedy[0], logits[0][2].argmax().item<int64_t>());
+}

@@ -1,0 +1,148 @@
+// LR schedule, optimizer groups and state, and bit-exact resume.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "core/util.h"
+#include "data/prepare.h"
+#include "io/checkpoint.h"
+#include "model/transformer.h"
+#include "train/metrics.h"
+#include "train/optim.h"
+#include "train/trainer.h"
+
+using namespace mf;
+namespace fs = std::filesystem;
+
+TEST(Schedule, WarmupThenCosine) {
+  TrainConfig c;
+  c.lr = 1.0, c.warmup_steps = 4, c.steps = 14, c.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(lr_at(c, 3), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(c, 4), 1.0);                    // cosine starts at the peak
+  EXPECT_NEAR(lr_at(c, 8) , 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12);
+  EXPECT_NEAR(lr_at(c, 13), 0.1, 1e-12);                 // ends at min_lr_ratio * lr
+  c.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 1.0);
+}
+
+TEST(Optimizer, NoDecayOnNormsAndEmbeddings) {
+  ModelConfig mc;
+  mc.vocab_size = 11, mc.d_model = 8, mc.n_layers = 1, mc.n_heads = 2, mc.n_kv_heads = 1, mc.ffn_hidden = 8;
+  TransformerLM m(mc);
+  TrainConfig tc;
+  tc.weight_decay = 0.5;
+  auto opt = make_optimizer(*m, tc);
+  ASSERT_EQ(opt->param_groups().size(), 2u);
+  auto& decayed = opt->param_groups()[0];
+  auto& plain = opt->param_groups()[1];
+  EXPECT_DOUBLE_EQ(static_cast<torch::optim::AdamWOptions&>(decayed.options()).weight_decay(), 0.5);
+  EXPECT_DOUBLE_EQ(static_cast<torch::optim::AdamWOptions&>(plain.options()).weight_decay(), 0.0);
+  // embed + 2 norms per layer + final norm
+  EXPECT_EQ(plain.params().size(), 4u);
+  EXPECT_EQ(decayed.params().size(), 8u);  // q k v o, gate up down, lm_head
+  tc.decay_embeddings = true;
+  EXPECT_EQ(make_optimizer(*m, tc)->param_groups()[1].params().size(), 3u);
+}
+
+TEST(Optimizer, StateRoundTripsThroughTensors) {
+  ModelConfig mc;
+  mc.vocab_size = 11, mc.d_model = 8, mc.n_layers = 1, mc.n_heads = 2, mc.n_kv_heads = 1, mc.ffn_hidden = 8;
+  TransformerLM a(mc), b(mc);
+  a->init_weights(1);
+  TrainConfig tc;
+  auto oa = make_optimizer(*a, tc);
+  auto tokens = torch::randint(0, 11, {2, 5}, torch::kLong);
+  for (int i = 0; i < 3; ++i) {
+    oa->zero_grad();
+    lm_loss(a->forward(tokens), tokens).backward();
+    oa->step();
+  }
+  auto saved = parse_safetensors(serialize_safetensors(optimizer_state_tensors(*oa, *a)), "mem");
+  auto weights = parse_safetensors(serialize_safetensors(model_tensors(*a)), "mem");
+  load_model_tensors(*b, weights);
+  auto ob = make_optimizer(*b, tc);
+  load_optimizer_state(*ob, *b, saved);
+  for (auto* o : {oa.get(), ob.get()}) {
+    auto& m = o == oa.get() ? a : b;
+    o->zero_grad();
+    lm_loss(m->forward(tokens), tokens).backward();
+    o->step();
+  }
+  for (auto& p : a->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), b->named_parameters()[p.key()])) << p.key();
+}
+
+class TrainRun : public ::testing::Test {
+ protected:
+  Config base;
+  void SetUp() override {  // ctest runs tests as parallel processes: one directory each
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    base.data.dir = (fs::temp_directory_path() / ("mf_train_data_" + name)).string();
+    base.data.max_source_bytes = 60000;
+    base.data.tokenizer_sample_bytes = 30000;
+    base.data.vocab_size = 400;
+    prepare_corpus(base.data, false);
+    base.model.d_model = 32, base.model.n_layers = 2, base.model.n_heads = 4, base.model.n_kv_heads = 2;
+    base.model.ffn_hidden = 48, base.model.max_seq_len = 64;
+    base.train.seq_len = 16, base.train.batch_size = 4, base.train.grad_accum = 2;
+    base.train.steps = 8, base.train.warmup_steps = 2, base.train.log_every = 1, base.train.threads = 1;
+    base.train.ckpt_every = 0, base.eval.every = 4, base.eval.windows = 4, base.sample.max_tokens = 4;
+    base.run.out_dir = (fs::temp_directory_path() / ("mf_train_runs_" + name)).string();
+    fs::remove_all(base.run.out_dir);
+  }
+};
+
+TEST_F(TrainRun, ResumeIsBitIdentical) {
+  Config straight = base;
+  straight.run.name = "straight";
+  auto a = train(straight, {});
+  EXPECT_TRUE(a.summary["finished"].get<bool>());
+
+  Config split = base;
+  split.run.name = "split";
+  TrainOptions first;
+  first.stop_after = 4;
+  auto half = train(split, first);
+  EXPECT_FALSE(half.summary["finished"].get<bool>());
+  EXPECT_EQ(half.summary["steps"], 4);
+  TrainOptions second;
+  second.resume = half.run_dir;
+  auto b = train(split, second);
+  EXPECT_EQ(b.summary["steps"], 8);
+
+  auto wa = read_checkpoint(a.run_dir).model, wb = read_checkpoint(b.run_dir).model;
+  ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
+  for (auto& [name, t] : wa.tensors) EXPECT_TRUE(torch::equal(t, wb.at(name))) << name;
+  EXPECT_EQ(a.summary["val_loss"], b.summary["val_loss"]);
+
+  // metrics of the resumed run: one line per step, no duplicates from the first half
+  auto lines = read_metrics(b.run_dir + "/metrics.jsonl");
+  int train_lines = 0;
+  for (auto& l : lines) train_lines += l.contains("loss");
+  EXPECT_EQ(train_lines, 8);
+  auto ref = read_metrics(a.run_dir + "/metrics.jsonl");
+  for (size_t i = 0; i < lines.size() && i < ref.size(); ++i)
+    if (lines[i].contains("loss")) {
+      EXPECT_EQ(lines[i]["loss"], ref[i]["loss"]) << "line " << i;
+    }
+}
+
+TEST_F(TrainRun, RefusesToClobberAndWritesRunFiles) {
+  Config c = base;
+  c.run.name = "files";
+  c.train.steps = 2;
+  auto r = train(c, {});
+  for (auto f : {"config.toml", "metrics.jsonl", "summary.json"}) EXPECT_TRUE(fs::exists(r.run_dir + "/" + f)) << f;
+  EXPECT_FALSE(latest_checkpoint(r.run_dir).empty());
+  EXPECT_THROW(train(c, {}), std::runtime_error);
+  TrainOptions o;
+  o.overwrite = true;
+  EXPECT_NO_THROW(train(c, o));
+  auto cfg = checkpoint_config(r.run_dir);
+  EXPECT_EQ(cfg.model.d_model, 32);
+  EXPECT_EQ(cfg.model.vocab_size, 400);
+  auto s = r.summary;
+  EXPECT_GT(s["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(s["val_loss"].size(), 4u);
+}

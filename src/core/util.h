@@ -14,7 +14,7 @@ void fsync_dir(const std::string& dir);
 
 // FNV-1a 64: detects changed inputs for idempotent data preparation.
 // (Change detection, not security, so a cryptographic hash library is not needed.)
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 1469598103934665603ULL);
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 14695981039346656037ULL);
 std::string file_checksum(const std::string& path);  // hex of fnv1a64 over contents
 std::string hex64(uint64_t v);
 

@@ -10,7 +10,38 @@
 #include <string>
 #include <vector>
 
+namespace sentencepiece {
+void SetRandomGeneratorSeed(unsigned int seed);  // exported by libsentencepiece, not in its headers
+}
+
 namespace {
+
+// Feeds training sentences from one buffer, one per line (no input file, so no path
+// ends up in the model and the result depends on the text alone).
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  LineIterator(const char* text, size_t len) : text_(text), len_(len) { Next(); }
+  bool done() const override { return done_; }
+  void Next() override {
+    while (pos_ < len_) {
+      const char* nl = static_cast<const char*>(std::memchr(text_ + pos_, '\n', len_ - pos_));
+      size_t end = nl ? static_cast<size_t>(nl - text_) : len_;
+      line_.assign(text_ + pos_, end - pos_);
+      pos_ = end + 1;
+      if (!line_.empty()) return;
+    }
+    done_ = true;
+  }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return sentencepiece::util::Status(); }
+
+ private:
+  const char* text_;
+  size_t len_, pos_ = 0;
+  std::string line_;
+  bool done_ = false;
+};
+
 void set_err(const std::string& msg, char* err, size_t n) {
   if (err && n) {
     std::strncpy(err, msg.c_str(), n - 1);
@@ -65,9 +96,17 @@ int mfspm_decode(void* h, const int* ids, size_t n, char** text, size_t* len, ch
   return 0;
 }
 
-int mfspm_train(const char* args, char* err, size_t errlen) {
-  auto st = sentencepiece::SentencePieceTrainer::Train(args);
+// model bytes are malloc'ed; the caller releases them with free()
+int mfspm_train(const char* args, const char* text, size_t len, unsigned seed, char** model, size_t* model_len,
+                char* err, size_t errlen) {
+  sentencepiece::SetRandomGeneratorSeed(seed);
+  LineIterator lines(text, len);
+  std::string proto;
+  auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
   if (!st.ok()) return set_err(st.ToString(), err, errlen), 1;
+  *model_len = proto.size();
+  *model = static_cast<char*>(std::malloc(proto.size() + 1));
+  std::memcpy(*model, proto.data(), proto.size());
   return 0;
 }
 
