@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks (Debian packages only), then configures
+# and builds MoEForge in Release. Safe to re-run: installs and builds only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-pthread            # tensors/autograd, and a fast BLAS for them
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libsentencepiece-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+  dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+echo "== building (Release)"
+cmake --preset release > /dev/null
+cmake --build --preset release -j "$(nproc)"
