@@ -1,9 +1,11 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include "core/runtime.h"
 #include "core/util.h"
 
 int main(int argc, char** argv) {
+  mf::tune_allocator();
   ::testing::InitGoogleTest(&argc, argv);
   at::set_num_threads(1);  // ctest runs test processes in parallel
   mf::setup_logging(false);

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/runtime.h"
 #include "data/prepare.h"
 
 namespace mf::cli {
@@ -51,8 +52,8 @@ void doctor(int64_t threads) {
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
   const double gflops = sgemm_gflops(2048);
   const std::string blas = loaded_blas();
-  std::cout << fmt::format("moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s\n",
-                           MOEFORGE_VERSION, TORCH_VERSION, at::get_num_threads(), blas, gflops);
+  std::cout << fmt::format("moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s | {}\n",
+                           MOEFORGE_VERSION, TORCH_VERSION, at::get_num_threads(), blas, gflops, runtime_summary());
   if (gflops < 20)
     spdlog::warn("sgemm is slow ({:.1f} GFLOP/s). Install libopenblas0-pthread so LibTorch uses OpenBLAS "
                  "(Debian's reference BLAS is ~25x slower): sudo apt-get install libopenblas0-pthread", gflops);

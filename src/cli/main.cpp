@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "core/runtime.h"
 #include "core/util.h"
 #include "io/safetensors.h"
 
 int main(int argc, char** argv) {
+  mf::ensure_passive_openmp(argv);
+  mf::tune_allocator();
   CLI::App app{"MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"
                "Start with `moeforge data prepare`, then `moeforge train configs/quickstart.toml`."};
   app.set_version_flag("--version", std::string("moeforge ") + MOEFORGE_VERSION);

@@ -1,0 +1,31 @@
+#include "core/runtime.h"
+
+#include <fmt/format.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace mf {
+
+static bool g_allocator_tuned = false;
+
+void tune_allocator() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  g_allocator_tuned = true;
+}
+
+void ensure_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;  // the user's choice wins
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
+}
+
+std::string runtime_summary() {
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return fmt::format("OMP_WAIT_POLICY={} | heap keeps large blocks: {}", wait ? wait : "(unset)",
+                     g_allocator_tuned ? "yes" : "no");
+}
+
+}  // namespace mf

@@ -1,0 +1,19 @@
+// Process-level settings that decide CPU training speed (measured, see docs/benchmarks.md).
+#pragma once
+#include <string>
+
+namespace mf {
+
+// Keeps freed memory in the heap instead of returning it to the OS: glibc serves large
+// tensors with fresh mmap pages by default, and the page faults on every step cost more
+// than the math (cross entropy over the vocabulary was ~20x slower). Call first thing.
+void tune_allocator();
+
+// OpenMP threads that spin after a parallel region steal the cores OpenBLAS's own
+// threads need. libgomp reads OMP_WAIT_POLICY only at load time, so when it is unset
+// this sets it to PASSIVE and re-executes the program (returns if it cannot).
+void ensure_passive_openmp(char** argv);
+
+std::string runtime_summary();  // for `moeforge doctor`
+
+}  // namespace mf
