@@ -49,7 +49,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train config eval generate info; do
+for cmd in data doctor train plot config eval generate info; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -59,7 +59,7 @@ grep -q "unigram entropy" prep.txt || fail "prepare summary"
 expect_ok "up to date" -- "$MF" data prepare tiny.toml
 
 "$MF" train tiny.toml > train.txt 2>&1 || { cat train.txt; fail "train"; }
-for f in config.toml metrics.jsonl summary.json; do [ -s runs/smoke/$f ] || fail "missing runs/smoke/$f"; done
+for f in config.toml metrics.jsonl summary.json loss.svg; do [ -s runs/smoke/$f ] || fail "missing runs/smoke/$f"; done
 grep -q '"val_loss"' runs/smoke/metrics.jsonl || fail "no validation lines in metrics"
 grep -q "perplexity" train.txt || fail "no summary table"
 grep -q "sample:" train.txt || fail "no text sample"
@@ -84,6 +84,8 @@ printf '[train]\nstep = 3\n' > bad.toml
 expect_fail 2 "did you mean 'train.steps'" -- "$MF" train bad.toml
 expect_fail 2 "train.lr" -- "$MF" train tiny.toml --set train.lr=-1
 expect_fail 2 "model.n_kv_heads" -- "$MF" config tiny.toml --set model.n_kv_heads=3
+expect_ok "loss.svg" -- "$MF" plot runs/smoke
+grep -q "<polyline" runs/smoke/loss.svg || fail "loss.svg has no curves"
 expect_ok "train.grad_accum" -- "$MF" config --markdown
 
 # damaged checkpoint: exit 3 with the file named

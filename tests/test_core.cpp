@@ -147,3 +147,18 @@ TEST(Util, FormatDuration) {
   EXPECT_EQ(format_duration(3725), "1:02:05");
   EXPECT_EQ(format_duration(-1), "--:--");
 }
+
+#include "analysis/svg_plot.h"
+
+TEST(SvgPlot, OnePolylinePerSeriesAndEscapedText) {
+  std::vector<Series> s = {{"train <loss>", {0, 1, 2}, {3, 2, 1}}, {"val", {0, 2}, {3.5, std::nan("")}, true}};
+  auto svg = line_chart_svg(s, {"a & b", "step", "loss"});
+  size_t n = 0;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++n;
+  EXPECT_EQ(n, 2u);
+  EXPECT_NE(svg.find("train &lt;loss&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("a &amp; b"), std::string::npos);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+  EXPECT_NO_THROW(line_chart_svg({{"flat", {5}, {1}}}, {}));  // degenerate ranges
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "train/trainer.h"
 
@@ -21,7 +22,7 @@ static void print_summary(const TrainResult& r) {
   std::cout << fmt::format("{:<12} {:>9.4f}   (unigram entropy of the corpus: {:.4f} nats)\n", "mean",
                            s["val_loss_mean"].get<double>(), s["unigram_entropy_nats"].get<double>());
   std::cout << "sample: " << s["sample"].get<std::string>() << "\n";
-  std::cout << "run directory: " << r.run_dir << "  (metrics.jsonl, summary.json, checkpoints/)\n";
+  std::cout << "run directory: " << r.run_dir << "  (metrics.jsonl, summary.json, loss.svg, checkpoints/)\n";
 }
 
 void register_train_commands(CLI::App& app) {
@@ -47,8 +48,15 @@ void register_train_commands(CLI::App& app) {
     } else {
       cfg = resolve_config(cfg_path, sets);
     }
-    print_summary(train(cfg, opt));
+    auto result = train(cfg, opt);
+    plot_run_losses(result.run_dir);
+    print_summary(result);
   });
+
+  auto* pl = app.add_subcommand("plot", "draw a run's training and per-domain validation loss as RUN_DIR/loss.svg");
+  static std::string plot_dir;
+  pl->add_option("run_dir", plot_dir, "run directory (holds metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
+  pl->callback([] { std::cout << "wrote " << plot_run_losses(plot_dir) << "\n"; });
 
   auto* cf = app.add_subcommand("config", "print the resolved config (file + --set) as TOML, or the schema");
   static std::string show_path;

@@ -9,7 +9,7 @@
 namespace mf::cli {
 
 void register_data_commands(CLI::App& app);   // data prepare, doctor
-void register_train_commands(CLI::App& app);  // train, config
+void register_train_commands(CLI::App& app);  // train, plot, config
 void register_model_commands(CLI::App& app);  // eval, generate, info
 
 // CONFIG file (optional) + --set overrides, validated.

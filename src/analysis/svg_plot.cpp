@@ -1,0 +1,107 @@
+#include "analysis/svg_plot.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "core/util.h"
+#include "train/metrics.h"
+
+namespace mf {
+namespace {
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+// 1-2-5 tick spacing giving about `target` ticks over [lo, hi]
+double nice_step(double lo, double hi, int target) {
+  double raw = (hi - lo) / std::max(1, target);
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) return m * mag;
+  return 10 * mag;
+}
+
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+  return o;
+}
+
+}  // namespace
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& opt) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (auto& s : series)
+    for (size_t i = 0; i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+    }
+  if (!(x1 > x0)) x0 = (std::isfinite(x0) ? x0 : 0) - 1, x1 = x0 + 2;
+  if (!(y1 > y0)) y0 = (std::isfinite(y0) ? y0 : 0) - 1, y1 = y0 + 2;
+  const double L = 64, R = 170, T = 36, B = 48;
+  const double pw = opt.width - L - R, ph = opt.height - T - B;
+  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return T + (1 - (y - y0) / (y1 - y0)) * ph; };
+
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
+      opt.width, opt.height, L + pw / 2, escape(opt.title));
+  for (double v = std::ceil(y0 / nice_step(y0, y1, 6)) * nice_step(y0, y1, 6); v <= y1 + 1e-12; v += nice_step(y0, y1, 6))
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
+                       "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
+                       L, py(v), L + pw, py(v), L - 6, py(v) + 4, v);
+  for (double v = std::ceil(x0 / nice_step(x0, x1, 8)) * nice_step(x0, x1, 8); v <= x1 + 1e-12; v += nice_step(x0, x1, 8))
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eee\"/>"
+                       "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n",
+                       px(v), T, px(v), T + ph, px(v), T + ph + 16, v);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", L, T, pw, ph);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, opt.height - 10,
+                     escape(opt.x_label));
+  svg += fmt::format("<text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", T + ph / 2,
+                     escape(opt.y_label));
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const char* color = kColors[k % (sizeof kColors / sizeof *kColors)];
+    std::string pts;
+    for (size_t i = 0; i < s.x.size(); ++i)
+      if (std::isfinite(s.y[i])) pts += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
+    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"/>\n", color,
+                       s.dashed ? 2 : 1.5, s.dashed ? " stroke-dasharray=\"6 3\"" : "", pts);
+    const double ly = T + 14 + 18.0 * static_cast<double>(k);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>"
+                       "<text x=\"{}\" y=\"{}\">{}</text>\n",
+                       L + pw + 12, ly, L + pw + 36, ly, color, s.dashed ? " stroke-dasharray=\"6 3\"" : "",
+                       L + pw + 42, ly + 4, escape(s.name));
+  }
+  return svg + "</svg>\n";
+}
+
+std::string plot_run_losses(const std::string& run_dir) {
+  Series train{"train loss", {}, {}};
+  std::map<std::string, Series> val;
+  for (auto& r : read_metrics((std::filesystem::path(run_dir) / "metrics.jsonl").string())) {
+    double step = r.value("step", 0.0);
+    if (r.contains("loss")) train.x.push_back(step), train.y.push_back(r["loss"].get<double>());
+    if (r.contains("val_loss"))
+      for (auto& [dom, v] : r["val_loss"].items()) {
+        auto& s = val[dom];
+        s.name = "val " + dom, s.dashed = true;
+        s.x.push_back(step), s.y.push_back(v.get<double>());
+      }
+  }
+  std::vector<Series> all = {train};
+  for (auto& [dom, s] : val) all.push_back(s);
+  auto path = (std::filesystem::path(run_dir) / "loss.svg").string();
+  write_file_atomic(path, line_chart_svg(all, {"loss — " + std::filesystem::path(run_dir).filename().string(),
+                                               "optimizer step", "cross entropy (nats)"}));
+  return path;
+}
+
+}  // namespace mf
