@@ -119,7 +119,10 @@ void register_model_commands(CLI::App& app) {
                         {"d_model", m.d_model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
                         {"n_kv_heads", m.n_kv_heads}, {"ffn", m.ffn}, {"ffn_hidden", m.ffn_hidden},
                         {"max_seq_len", m.max_seq_len}, {"parameters", c.total}, {"parameters_embedding", c.embedding},
-                        {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.total}};
+                        {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.active}};
+    if (m.ffn == "moe")
+      j["moe"] = {{"layers", m.moe.layers}, {"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k},
+                  {"expert_hidden", m.moe.expert_hidden}, {"router", m.moe.router}, {"n_shared", m.moe.n_shared}};
     if (as_json) {
       std::cout << j.dump(2) << "\n";
       return;

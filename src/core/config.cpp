@@ -170,8 +170,36 @@ void apply_override(Config& cfg, const std::string& assignment) {
   set_checked(cfg, *spec, *v, "--set");
 }
 
+bool is_moe_layer(const ModelConfig& m, int64_t layer) {
+  if (m.ffn != "moe") return false;
+  const std::string& p = m.moe.layers;
+  if (p == "all") return true;
+  if (p == "every_other") return layer % 2 == 1;
+  try {
+    if (p.rfind("first_dense:", 0) == 0) return layer >= std::stoll(p.substr(12));
+    std::stringstream ss(p);
+    std::string item;
+    bool any = false, hit = false;
+    while (std::getline(ss, item, ',')) {
+      size_t used = 0;
+      int64_t v = std::stoll(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument(item);
+      any = true, hit |= v == layer;
+    }
+    if (any) return hit;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(fmt::format("model.moe.layers = \"{}\": expected all, every_other, first_dense:N or a list "
+                                "of block indices like \"1,3\"", p));
+}
+
 void validate(const Config& c) {
   const auto& m = c.model;
+  if (m.ffn == "moe") {
+    if (m.moe.top_k > m.moe.num_experts)
+      throw ConfigError(fmt::format("model.moe.top_k ({}) exceeds model.moe.num_experts ({})", m.moe.top_k, m.moe.num_experts));
+    for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
+  }
   if (m.d_model % m.n_heads != 0)
     throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));
   if ((m.d_model / m.n_heads) % 2 != 0)

@@ -10,6 +10,23 @@
 
 namespace mf {
 
+// Mixture-of-Experts FFN slots (model.ffn = "moe"); see ../shared/specs/baselines.md.
+struct MoeConfig {
+  std::string layers = "all";  // all | every_other | first_dense:N | explicit list "1,3,5"
+  int64_t num_experts = 8;
+  int64_t top_k = 2;
+  int64_t expert_hidden = 352;
+  std::string activation = "swiglu";
+  std::string router = "softmax_topk";  // softmax_topk | sigmoid_topk | top_p | uniform_random | balanced
+  bool renormalize = true;
+  double top_p = 0.5;
+  double aux_loss_coef = 1e-2;
+  double z_loss_coef = 1e-3;
+  double bias_update = 0.0;  // DeepSeek-V3 aux-loss-free balancing step (0 = off)
+  int64_t n_shared = 0;      // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
+  double capacity_factor = 0.0;  // 0 = dropless
+};
+
 struct ModelConfig {
   int64_t vocab_size = 0;  // not a config key: taken from the tokenizer
   int64_t d_model = 256;
@@ -22,8 +39,12 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double init_std = 0.02;
   bool scale_out_init = true;  // output projections get std / sqrt(2 * n_layers)
-  std::string ffn = "swiglu";
+  std::string ffn = "swiglu";  // swiglu | moe
+  MoeConfig moe;
 };
+
+// Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).
+bool is_moe_layer(const ModelConfig& m, int64_t layer);
 
 struct DataConfig {
   std::string dir = "data";

@@ -27,6 +27,21 @@ KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, dou
   return s;
 }
 
+// keys nested below a section (model.moe.*)
+template <class T, class Ref>
+KeySpec nested(const char* path, Ref ref, const char* help, double lo = 1, double hi = 0,
+               std::vector<std::string> choices = {}) {
+  KeySpec s = key(path, &Config::run, &RunConfig::name, help, lo, hi, std::move(choices));
+  if constexpr (std::is_same_v<T, bool>) s.type = ValueType::Bool;
+  else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
+  else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
+  else s.type = ValueType::String;
+  s.get = [ref](const Config& c) -> Value { return Value(ref(const_cast<Config&>(c))); };
+  s.set = [ref](Config& c, const Value& v) { ref(c) = std::get<T>(v); };
+  return s;
+}
+#define MOE_REF(field) [](Config& c) -> auto& { return c.model.moe.field; }
+
 std::vector<KeySpec> build_schema() {
   using C = Config;
   return {
@@ -44,7 +59,23 @@ std::vector<KeySpec> build_schema() {
           "std of normal init for all weights (UniPool used 0.01)", 0, 10),
       key("model.scale_out_init", &C::model, &ModelConfig::scale_out_init,
           "scale output projections' init std by 1/sqrt(2*n_layers)"),
-      key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot type", 1, 0, {"swiglu"}),
+      key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot type", 1, 0, {"swiglu", "moe"}),
+      nested<std::string>("model.moe.layers", MOE_REF(layers),
+                          "which blocks are MoE: all, every_other, first_dense:N or a list like \"1,3\""),
+      nested<int64_t>("model.moe.num_experts", MOE_REF(num_experts), "routed experts E", 1, 4096),
+      nested<int64_t>("model.moe.top_k", MOE_REF(top_k), "experts per token k (<= num_experts)", 1, 4096),
+      nested<int64_t>("model.moe.expert_hidden", MOE_REF(expert_hidden), "hidden width of each expert", 1, 1 << 20),
+      nested<std::string>("model.moe.activation", MOE_REF(activation), "expert activation", 1, 0, {"swiglu", "gelu"}),
+      nested<std::string>("model.moe.router", MOE_REF(router), "routing policy", 1, 0,
+                          {"softmax_topk", "sigmoid_topk", "top_p", "uniform_random", "balanced"}),
+      nested<bool>("model.moe.renormalize", MOE_REF(renormalize), "divide the selected weights by their sum"),
+      nested<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
+      nested<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0, 100),
+      nested<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),
+      nested<double>("model.moe.bias_update", MOE_REF(bias_update),
+                     "aux-loss-free balancing: selection-bias step gamma after each optimizer step (0 = off)", 0, 1),
+      nested<int64_t>("model.moe.n_shared", MOE_REF(n_shared), "always-on shared experts", 0, 64),
+      nested<double>("model.moe.capacity_factor", MOE_REF(capacity_factor), "per-expert capacity factor (0 = dropless)", 0, 1000),
 
       key("data.dir", &C::data, &DataConfig::dir, "prepared corpus directory (tokenizer, shards, manifest)"),
       key("data.source_root", &C::data, &DataConfig::source_root,

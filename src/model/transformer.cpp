@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "model/moe_ffn.h"
+
 namespace mf {
 
 DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer) {
@@ -60,7 +62,8 @@ void TransformerLMImpl::init_weights(uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
   std::vector<std::string> out_names = {"self_attn.o_proj.weight"};
-  for (auto& n : model->blocks.front()->mlp->output_projection_names()) out_names.push_back("mlp." + n);
+  for (auto& b : model->blocks)
+    for (auto& n : b->mlp->output_projection_names()) out_names.push_back("mlp." + n);
   for (auto& p : named_parameters()) {
     const auto& name = p.key();
     auto& t = p.value();
@@ -81,7 +84,19 @@ ParamCounts TransformerLMImpl::param_counts() const {
     if (p.key() == "model.embed_tokens.weight") c.embedding += p.value().numel();
   }
   c.non_embedding = c.total - c.embedding;
+  c.active = c.total;
+  for (auto& m : moe_layers(feed_forwards())) {
+    const auto& o = m->gate->options();
+    const double unused = 1.0 - static_cast<double>(o.top_k) / static_cast<double>(o.num_experts);
+    c.active -= static_cast<int64_t>(unused * static_cast<double>(m->experts->gate_up_proj.numel() + m->experts->down_proj.numel()));
+  }
   return c;
+}
+
+std::vector<std::shared_ptr<FeedForward>> TransformerLMImpl::feed_forwards() const {
+  std::vector<std::shared_ptr<FeedForward>> out;
+  for (auto& b : model->blocks) out.push_back(b->mlp);
+  return out;
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

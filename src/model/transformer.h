@@ -31,6 +31,7 @@ TORCH_MODULE(Decoder);
 
 struct ParamCounts {
   int64_t total = 0, embedding = 0, non_embedding = 0;
+  int64_t active = 0;  // used per token: total minus the experts a token does not visit
 };
 
 class TransformerLMImpl : public torch::nn::Module {
@@ -43,6 +44,7 @@ class TransformerLMImpl : public torch::nn::Module {
   // 1/sqrt(2 n_layers) when model.scale_out_init; deterministic in `seed`.
   void init_weights(uint64_t seed);
   ParamCounts param_counts() const;
+  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const;
   const ModelConfig& config() const { return cfg_; }
 
   Decoder model{nullptr};

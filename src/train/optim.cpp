@@ -91,6 +91,7 @@ void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, co
 NamedTensors model_tensors(const torch::nn::Module& model) {
   NamedTensors out;
   for (auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());  // e.g. router selection bias
   return out;
 }
 
@@ -104,8 +105,15 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
                                     c10::str(t.sizes()), c10::str(p.value().sizes())));
     p.value().copy_(t);
   }
+  auto buffers = model.named_buffers();
+  for (auto& b : buffers) {
+    const auto& t = st.at(b.key());
+    if (t.sizes() != b.value().sizes()) throw FormatError(fmt::format("buffer '{}' has the wrong shape", b.key()));
+    b.value().copy_(t);
+  }
   for (auto& [name, t] : st.tensors)
-    if (!params.contains(name)) throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
+    if (!params.contains(name) && !buffers.contains(name))
+      throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
 }
 
 }  // namespace mf

@@ -12,6 +12,7 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "serve/generate.h"
 #include "train/evaluate.h"
@@ -109,8 +110,10 @@ struct Trainer {
     BatchSampler sampler(corpus, {d.weight_dictionary, d.weight_scripture, d.weight_technical, d.weight_quotations},
                          cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed));
     auto counts = model->param_counts();
-    spdlog::info("model: {:.2f}M parameters ({:.2f}M without embeddings), {} threads", counts.total / 1e6,
-                 counts.non_embedding / 1e6, at::get_num_threads());
+    const auto moe = moe_layers(model->feed_forwards());
+    spdlog::info("model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
+                 "{} threads", counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(),
+                 at::get_num_threads());
     const auto evaluate = [&] {
       return evaluate_domains(model, corpus, "val", cfg.train.seq_len, cfg.eval.windows, cfg.eval.batch_size);
     };
@@ -141,6 +144,7 @@ struct Trainer {
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
       const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
       optimizer->step();
+      for (auto& m : moe) m->after_optimizer_step();
       ++step;
       last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
       loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
@@ -148,9 +152,11 @@ struct Trainer {
       window_tokens += tokens_per_step;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (step % cfg.train.log_every == 0 || step == end_step) {
-        metrics.write({{"step", step}, {"loss", last_loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                       {"tokens_per_s", window_tokens / std::max(window_time, 1e-9)}, {"elapsed_s", elapsed},
-                       {"tokens", step * tokens_per_step}});
+        nlohmann::json rec = {{"step", step}, {"loss", last_loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                               {"tokens_per_s", window_tokens / std::max(window_time, 1e-9)}, {"elapsed_s", elapsed},
+                               {"tokens", step * tokens_per_step}};
+        for (auto& m : moe) rec["moe"].push_back(m->stats_json());
+        metrics.write(rec);
         if (!stderr_is_tty())
           spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} tok/s", step, cfg.train.steps,
                        last_loss, lr, grad_norm, window_tokens / std::max(window_time, 1e-9));
@@ -178,6 +184,7 @@ struct Trainer {
     nlohmann::json summary = {
         {"run", cfg.run.name}, {"steps", step}, {"steps_this_run", steps_run}, {"finished", step == cfg.train.steps},
         {"parameters", counts.total}, {"parameters_non_embedding", counts.non_embedding},
+        {"parameters_active", counts.active},
         {"tokens_seen", step * tokens_per_step}, {"elapsed_s", elapsed},
         {"tokens_per_s", steps_run * tokens_per_step / std::max(elapsed, 1e-9)}, {"final_train_loss", last_loss},
         {"val_loss", losses_json(val)}, {"val_loss_mean", mean_loss(val)},

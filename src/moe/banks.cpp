@@ -1,0 +1,35 @@
+#include "moe/banks.h"
+
+#include <torch/torch.h>
+
+namespace mf {
+
+ExpertBank::ExpertBank(int64_t E, int64_t d, int64_t F, std::string activation)
+    : num_experts_(E), hidden_(F), activation_(std::move(activation)) {
+  TORCH_CHECK(activation_ == "swiglu" || activation_ == "gelu", "expert activation must be swiglu or gelu");
+  const int64_t in_rows = activation_ == "swiglu" ? 2 * F : F;
+  gate_up_proj = register_parameter("gate_up_proj", torch::randn({E, in_rows, d}) * 0.02);
+  down_proj = register_parameter("down_proj", torch::randn({E, d, F}) * 0.02);
+}
+
+at::Tensor ExpertBank::forward_unit(int64_t e, const at::Tensor& rows) {
+  auto h = torch::matmul(rows, gate_up_proj[e].t());  // [n, 2F] or [n, F]
+  at::Tensor act;
+  if (activation_ == "swiglu") act = torch::silu(h.narrow(1, 0, hidden_)) * h.narrow(1, hidden_, hidden_);
+  else act = torch::gelu(h);
+  return torch::matmul(act, down_proj[e].t());  // [n, d]
+}
+
+at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (int64_t e = 0; e < static_cast<int64_t>(counts.size()); ++e) {
+    if (counts[e] == 0) continue;  // empty experts cost nothing
+    outs.push_back(forward_unit(e, rows.narrow(0, offset, counts[e])));
+    offset += counts[e];
+  }
+  if (outs.empty()) return rows.new_zeros(rows.sizes());
+  return torch::cat(outs, 0);
+}
+
+}  // namespace mf

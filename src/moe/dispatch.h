@@ -1,0 +1,24 @@
+// The one dispatch engine: y[t] = sum over pairs i with token_i = t of weight_i * unit_{u_i}(x[t]).
+// Stable sort by unit -> gather rows -> grouped unit computation -> scale -> scatter-add.
+#pragma once
+#include "moe/banks.h"
+#include "moe/routing.h"
+
+namespace mf {
+
+struct DispatchOptions {
+  double capacity_factor = 0;  // 0 = dropless; else each unit keeps ceil(cf * N / E) pairs
+};
+
+struct DispatchResult {
+  at::Tensor output;       // [T, d]
+  int64_t dropped = 0;     // pairs dropped by the capacity limit
+};
+
+DispatchResult dispatch(const at::Tensor& x, const Assignment& a, UnitBank& bank, const DispatchOptions& opt = {});
+
+// Numerical ground truth: every unit on every token, combined with a dense [T, E] weight
+// matrix that is zero where a token was not routed.
+at::Tensor dense_reference(const at::Tensor& x, const Assignment& a, UnitBank& bank);
+
+}  // namespace mf

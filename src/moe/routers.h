@@ -1,0 +1,46 @@
+// Routers: token states x [T, d] -> Assignment. All router math runs in float32 (or
+// float64 when x is float64, for tests). Losses follow ../shared/specs/baselines.md.
+#pragma once
+#include <torch/nn/module.h>
+
+#include "moe/routing.h"
+
+namespace mf {
+
+struct RouterOptions {
+  std::string kind = "softmax_topk";  // softmax_topk | sigmoid_topk | top_p | uniform_random | balanced
+  int64_t num_experts = 8;
+  int64_t top_k = 2;
+  bool renormalize = true;      // divide selected weights by their sum
+  double top_p = 0.5;           // cumulative-mass threshold for top_p
+  double aux_loss_coef = 1e-2;  // Switch aux loss alpha (0 = off)
+  double z_loss_coef = 1e-3;    // router z-loss beta (0 = off)
+  double bias_update = 0.0;     // DeepSeek-V3 aux-free bias step gamma (0 = off)
+  uint64_t seed = 0;            // uniform_random router
+};
+
+// L_aux = alpha * E * sum_i f_i P_i; f_i = share of pairs routed to i (no grad), P_i = mean_t p_ti
+at::Tensor switch_aux_loss(const at::Tensor& probs, const at::Tensor& unit, int64_t num_experts, double alpha);
+// L_z = beta * mean_t logsumexp(z_t)^2
+at::Tensor router_z_loss(const at::Tensor& logits, double beta);
+// smallest prefix of p sorted descending whose mass >= threshold: the number of units per token
+at::Tensor top_p_counts(const at::Tensor& probs, double threshold);
+
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(int64_t d_model, RouterOptions opt);
+  RouterOutput forward(const at::Tensor& x);
+  // DeepSeek-V3: b_i += gamma * sign(mean_load - load_i); call after the optimizer step.
+  void update_selection_bias(const std::vector<int64_t>& load);
+  const RouterOptions& options() const { return opt_; }
+
+  at::Tensor weight;          // W_r [E, d]; registered by the MoE layer as "gate" -> mlp.gate.weight
+  at::Tensor selection_bias;  // [E], selection only, not trained by gradient
+
+ private:
+  RouterOptions opt_;
+  int64_t calls_ = 0;
+};
+TORCH_MODULE(Router);
+
+}  // namespace mf

@@ -1,0 +1,242 @@
+// MoE engine: routers, dispatch against the dense reference (outputs and gradients in
+// float64), invariances and hand-computed losses.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "model/layers.h"
+#include "model/moe_ffn.h"
+#include "model/transformer.h"
+#include "moe/dispatch.h"
+#include "moe/routers.h"
+
+using namespace mf;
+
+namespace {
+
+struct Case {
+  std::string router;
+  int64_t T, d, E, k, F;
+};
+
+// Output and gradients (x, expert weights, router weight) of fast path vs dense reference.
+void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
+  RouterOptions o;
+  o.kind = c.router, o.num_experts = c.E, o.top_k = c.k, o.top_p = 0.6, o.seed = 3;
+  auto router_weight = torch::randn({c.E, c.d}, torch::kFloat64);
+  ExpertBank bank(c.E, c.d, c.F);
+  bank.to(torch::kFloat64);
+  auto run = [&](bool fast) {
+    Router router(c.d, o);  // fresh per run: the uniform_random router draws anew on every call
+    router->to(torch::kFloat64);
+    {
+      torch::NoGradGuard g;
+      router->weight.copy_(router_weight);
+    }
+    auto x = x_in.detach().clone().requires_grad_(true);
+    for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
+    router->weight.mutable_grad() = at::Tensor();
+    auto r = router->forward(x);
+    auto y = fast ? dispatch(x, r.assignment, bank).output : dense_reference(x, r.assignment, bank);
+    (y * torch::cos(y.detach() * 3 + 1)).sum().backward();  // a non-trivial upstream gradient
+    return std::vector<at::Tensor>{y.detach(), x.grad(), bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone(),
+                                   router->weight.grad().defined() ? router->weight.grad().clone() : torch::zeros({1})};
+  };
+  auto fast = run(true), ref = run(false);
+  const char* names[] = {"output", "grad x", "grad gate_up", "grad down", "grad router"};
+  for (size_t i = 0; i < fast.size(); ++i)
+    EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12))
+        << c.router << " T=" << c.T << " E=" << c.E << " k=" << c.k << ": " << names[i] << " max diff "
+        << (fast[i] - ref[i]).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST(Dispatch, MatchesDenseReferenceForEveryRouter) {
+  torch::manual_seed(0);
+  for (std::string router : {"softmax_topk", "sigmoid_topk", "top_p", "uniform_random", "balanced"})
+    for (Case c : {Case{router, 13, 8, 4, 2, 6}, Case{router, 7, 6, 16, 3, 5} /* many empty experts */,
+                   Case{router, 9, 5, 3, 3, 4} /* k = E */, Case{router, 1, 4, 5, 1, 3}})
+      expect_matches_reference(c, torch::randn({c.T, c.d}, torch::kFloat64));
+}
+
+TEST(Dispatch, TiesAndZeroWeightsMatchReference) {
+  torch::manual_seed(1);
+  auto row = torch::randn({1, 6}, torch::kFloat64);
+  auto x = torch::cat({row.repeat({5, 1}), torch::zeros({3, 6}, torch::kFloat64)});  // identical rows, zero rows
+  for (std::string router : {"softmax_topk", "top_p"}) expect_matches_reference({router, 8, 6, 4, 2, 5}, x);
+  // explicit zero combine weights
+  ExpertBank bank(3, 4, 5);
+  bank.to(torch::kFloat64);
+  Assignment a{torch::tensor({0, 0, 1, 2}, torch::kLong), torch::tensor({2, 0, 2, 1}, torch::kLong),
+               torch::tensor({0.0, 0.5, 0.0, 1.5}, torch::kFloat64), 3, 3};
+  auto xs = torch::randn({3, 4}, torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(dispatch(xs, a, bank).output, dense_reference(xs, a, bank), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::equal(dispatch(xs, a, bank).output[1], torch::zeros({4}, torch::kFloat64)));
+}
+
+TEST(Dispatch, OneExpertTopOneEqualsDenseSwiGLU) {
+  ExpertBank bank(1, 6, 10);
+  SwiGLU dense(6, 10);
+  bank.to(torch::kFloat64), dense.to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    bank.gate_up_proj[0].copy_(torch::cat({dense.gate_proj->weight, dense.up_proj->weight}));
+    bank.down_proj[0].copy_(dense.down_proj->weight);
+  }
+  RouterOptions o;
+  o.num_experts = 1, o.top_k = 1;
+  Router r(6, o);
+  r->to(torch::kFloat64);
+  auto x = torch::randn({11, 6}, torch::kFloat64);
+  AuxLosses aux;
+  auto routed = r->forward(x);
+  EXPECT_TRUE(torch::allclose(dispatch(x, routed.assignment, bank).output, dense.forward(x, aux), 1e-12, 1e-12));
+}
+
+TEST(Dispatch, CapacityInfinityIsDroplessAndSmallCapacityDrops) {
+  torch::manual_seed(2);
+  RouterOptions o;
+  o.num_experts = 4, o.top_k = 2;
+  Router r(6, o);
+  ExpertBank bank(4, 6, 8);
+  auto x = torch::randn({32, 6});
+  auto routed = r->forward(x);
+  auto dropless = dispatch(x, routed.assignment, bank);
+  auto huge = dispatch(x, routed.assignment, bank, {1000.0});
+  EXPECT_TRUE(torch::equal(dropless.output, huge.output));
+  EXPECT_EQ(huge.dropped, 0);
+  auto tight = dispatch(x, routed.assignment, bank, {0.5});  // cap = ceil(0.5 * 64 / 4) = 8 per expert
+  auto load = routing_stats(routed).load;
+  int64_t expect_dropped = 0;
+  for (auto l : load) expect_dropped += std::max<int64_t>(0, l - 8);
+  EXPECT_EQ(tight.dropped, expect_dropped);
+  EXPECT_GT(tight.dropped, 0);
+}
+
+TEST(Dispatch, RepeatedForwardIsBitwiseIdentical) {
+  torch::manual_seed(4);
+  RouterOptions o;
+  o.num_experts = 8, o.top_k = 2;
+  Router r(16, o);
+  ExpertBank bank(8, 16, 24);
+  auto x = torch::randn({64, 16});
+  auto first = dispatch(x, r->forward(x).assignment, bank).output;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(first, dispatch(x, r->forward(x).assignment, bank).output));
+}
+
+TEST(Losses, SwitchAuxIsAlphaAtUniformRouting) {
+  // uniform probabilities and perfectly even assignment: f_i = P_i = 1/E -> alpha * E * E / E^2 = alpha
+  auto probs = torch::full({8, 4}, 0.25, torch::kFloat64);
+  auto unit = torch::tensor({0, 1, 2, 3, 0, 1, 2, 3}, torch::kLong);
+  EXPECT_NEAR(switch_aux_loss(probs, unit, 4, 0.01).item<double>(), 0.01, 1e-15);
+}
+
+TEST(Losses, SwitchAuxWorkedExample) {
+  // T=2, E=2, k=1: p = [[0.8, 0.2], [0.4, 0.6]] -> P = [0.6, 0.4]; both tokens to expert 0 -> f = [1, 0]
+  // L = alpha * 2 * (1 * 0.6 + 0 * 0.4) = 1.2 alpha
+  auto probs = torch::tensor({0.8, 0.2, 0.4, 0.6}, torch::kFloat64).view({2, 2});
+  EXPECT_NEAR(switch_aux_loss(probs, torch::tensor({0, 0}, torch::kLong), 2, 0.5).item<double>(), 0.6, 1e-15);
+}
+
+TEST(Losses, ZLossHandComputed) {
+  // logsumexp([0, 0]) = ln 2; logsumexp([ln 3, 0]) = ln 4
+  auto z = torch::tensor({0.0, 0.0, std::log(3.0), 0.0}, torch::kFloat64).view({2, 2});
+  double expect = 1e-3 * (std::pow(std::log(2.0), 2) + std::pow(std::log(4.0), 2)) / 2;
+  EXPECT_NEAR(router_z_loss(z, 1e-3).item<double>(), expect, 1e-15);
+}
+
+TEST(Routers, TopPPrefixLengths) {
+  auto p = torch::tensor({0.5, 0.3, 0.2, 0.1, 0.2, 0.7, 0.25, 0.25, 0.5}, torch::kFloat64).view({3, 3});
+  auto n = top_p_counts(p, 0.6);
+  EXPECT_EQ(n[0].item<int64_t>(), 2);  // 0.5 < 0.6, 0.5 + 0.3 >= 0.6
+  EXPECT_EQ(n[1].item<int64_t>(), 1);  // 0.7 >= 0.6
+  EXPECT_EQ(n[2].item<int64_t>(), 2);  // 0.5, then 0.25
+  EXPECT_EQ(top_p_counts(p, 1.0)[0].item<int64_t>(), 3);
+}
+
+TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
+  RouterOptions o;
+  o.num_experts = 4, o.top_k = 1, o.bias_update = 0.01;
+  Router r(4, o);
+  r->update_selection_bias({10, 2, 4, 4});  // mean 5
+  auto b = r->selection_bias;
+  EXPECT_FLOAT_EQ(b[0].item<float>(), -0.01f);
+  EXPECT_FLOAT_EQ(b[1].item<float>(), 0.01f);
+  EXPECT_FLOAT_EQ(b[2].item<float>(), 0.01f);
+  // the bias changes selection only: combine weights stay the unbiased softmax values
+  {
+    torch::NoGradGuard g;
+    r->selection_bias.copy_(torch::tensor({0.f, 0.f, 0.f, 100.f}));
+  }
+  auto x = torch::randn({5, 4});
+  auto out = r->forward(x);
+  EXPECT_TRUE(torch::equal(out.assignment.unit, torch::full({5}, 3, torch::kLong)));
+  auto probs = torch::softmax(torch::matmul(x, r->weight.t()), -1);
+  EXPECT_TRUE(torch::allclose(out.assignment.weight.detach(), torch::ones({5})));  // renormalized k=1
+  o.renormalize = false;
+  Router raw(4, o);
+  {
+    torch::NoGradGuard g;
+    raw->weight.copy_(r->weight);
+    raw->selection_bias.copy_(r->selection_bias);
+  }
+  EXPECT_TRUE(torch::allclose(raw->forward(x).assignment.weight.detach(), probs.select(1, 3)));
+}
+
+TEST(MoEModel, LayerPatternsAndNames) {
+  ModelConfig c;
+  c.vocab_size = 31, c.d_model = 16, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
+  c.moe.num_experts = 4, c.moe.expert_hidden = 8, c.moe.n_shared = 1;
+  c.moe.layers = "every_other";
+  EXPECT_FALSE(is_moe_layer(c, 0));
+  EXPECT_TRUE(is_moe_layer(c, 1));
+  c.moe.layers = "first_dense:3";
+  EXPECT_FALSE(is_moe_layer(c, 2));
+  EXPECT_TRUE(is_moe_layer(c, 3));
+  c.moe.layers = "0,2";
+  EXPECT_TRUE(is_moe_layer(c, 2));
+  EXPECT_FALSE(is_moe_layer(c, 1));
+  c.moe.layers = "1,x";
+  EXPECT_THROW(is_moe_layer(c, 1), ConfigError);
+  c.moe.layers = "1,3";
+  TransformerLM m(c);
+  m->init_weights(1);
+  auto p = m->named_parameters();
+  EXPECT_TRUE(p.contains("model.layers.1.mlp.gate.weight"));
+  EXPECT_TRUE(p.contains("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_TRUE(p.contains("model.layers.3.mlp.shared_experts.down_proj"));
+  EXPECT_TRUE(p.contains("model.layers.0.mlp.gate_proj.weight"));  // dense block
+  EXPECT_EQ(p["model.layers.1.mlp.experts.gate_up_proj"].sizes(), (std::vector<int64_t>{4, 16, 16}));
+  auto counts = m->param_counts();
+  EXPECT_EQ(counts.total - counts.active, 2 * (4 - 2) * (4 * 16 * 8 * 3) / 4);  // 2 layers x 2 unused experts
+}
+
+TEST(MoEModel, TrainsAndReportsAuxLosses) {
+  torch::manual_seed(0);
+  ModelConfig c;
+  c.vocab_size = 29, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
+  c.moe.num_experts = 4, c.moe.top_k = 2, c.moe.expert_hidden = 16;
+  TransformerLM m(c);
+  m->init_weights(2);
+  auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
+  double first = 0, last = 0;
+  for (int i = 0; i < 60; ++i) {
+    AuxLosses aux;
+    auto loss = lm_loss(m->forward(tokens, aux), tokens);
+    ASSERT_EQ(aux.terms.size(), 4u);  // aux + z for 2 layers
+    opt.zero_grad();
+    (loss + aux.total()).backward();
+    opt.step();
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, first - 1.0);
+  auto layers = moe_layers(m->feed_forwards());
+  ASSERT_EQ(layers.size(), 2u);
+  auto s = layers[0]->stats_json();
+  int64_t total = 0;
+  for (auto l : s["load"]) total += l.get<int64_t>();
+  EXPECT_EQ(total, 4 * 12 * 2);
+  EXPECT_DOUBLE_EQ(s["units_per_token"].get<double>(), 2.0);
+}
