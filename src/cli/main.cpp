@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   mf::cli::register_data_commands(app);
   mf::cli::register_train_commands(app);
   mf::cli::register_model_commands(app);
+  mf::cli::register_bench_commands(app);
   app.parse_complete_callback([&] { mf::setup_logging(verbose); });
   try {
     app.parse(argc, argv);

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "moe/grouped_ffn.h"
+
 namespace mf {
 
 ExpertBank::ExpertBank(int64_t E, int64_t d, int64_t F, std::string activation)
@@ -21,15 +23,7 @@ at::Tensor ExpertBank::forward_unit(int64_t e, const at::Tensor& rows) {
 }
 
 at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows, const std::vector<int64_t>& counts) {
-  std::vector<at::Tensor> outs;
-  int64_t offset = 0;
-  for (int64_t e = 0; e < static_cast<int64_t>(counts.size()); ++e) {
-    if (counts[e] == 0) continue;  // empty experts cost nothing
-    outs.push_back(forward_unit(e, rows.narrow(0, offset, counts[e])));
-    offset += counts[e];
-  }
-  if (outs.empty()) return rows.new_zeros(rows.sizes());
-  return torch::cat(outs, 0);
+  return grouped_ffn(rows, gate_up_proj, down_proj, counts, activation_ == "swiglu");
 }
 
 }  // namespace mf

@@ -1,0 +1,110 @@
+// `moeforge bench moe`: forward+backward throughput of the MoE layer against a dense SwiGLU
+// with the same active FLOPs (the practical ceiling) and the Python per-expert loop.
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/util.h"
+#include "moe/dispatch.h"
+#include "moe/routers.h"
+
+namespace mf::cli {
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t T, d, E, k, F;
+};
+
+// best-of-`iters` seconds of f() after one warm-up call
+template <class Fn>
+double best_seconds(int iters, Fn f) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+nlohmann::json run_peer(const std::string& script, const Shape& s, int iters, int threads) {
+  if (!std::filesystem::exists(script)) return {{"skipped", "peer script not found: " + script}};
+  std::string cmd = fmt::format("/usr/bin/python3 '{}' --tokens {} --d {} --experts {} --top-k {} --hidden {} "
+                                "--iters {} --threads {} 2>&1",
+                                script, s.T, s.d, s.E, s.k, s.F, iters, threads);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {{"skipped", "cannot run python3"}};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  auto line = out.substr(out.rfind('{') == std::string::npos ? 0 : out.rfind('{'));
+  if (rc != 0 || line.empty() || line[0] != '{')
+    return {{"skipped", "peer failed (is python3-torch installed?): " + out.substr(0, 200)}};
+  return nlohmann::json::parse(line);
+}
+
+}  // namespace
+
+void register_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  auto* moe = bench->add_subcommand(
+      "moe", "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer, (b) a dense SwiGLU "
+             "with the same active FLOPs, (c) the Hugging Face style per-expert Python loop (python3-torch)");
+  static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
+  static int iters = 3, threads = 2;
+  moe->add_option("--shape", which, "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128) or all")
+      ->check(CLI::IsMember({"coarse", "fine", "all"}));
+  moe->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  moe->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  moe->add_option("--peer", peer, "Python peer script ('' to skip)");
+  moe->add_option("--json", json_out, "also write the results as JSON");
+  moe->callback([] {
+    at::set_num_threads(threads);
+    torch::manual_seed(0);
+    std::vector<Shape> shapes;
+    if (which != "fine") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
+    if (which != "coarse") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
+    nlohmann::json results = nlohmann::json::array();
+    std::cout << fmt::format("{:<8} {:<22} {:>10} {:>10} {:>9}\n", "shape", "implementation", "tokens/s", "GFLOP/s", "vs dense");
+    for (const auto& s : shapes) {
+      const double flops = 18.0 * s.T * s.k * s.d * s.F;  // fwd + bwd of the active experts
+      RouterOptions ro;
+      ro.num_experts = s.E, ro.top_k = s.k;
+      Router router(s.d, ro);
+      ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
+      auto x = torch::randn({s.T, s.d}).requires_grad_(true);
+      auto grad = torch::ones({s.T, s.d});
+      double t_moe = best_seconds(iters, [&] {
+        auto r = router->forward(x);
+        dispatch(x, r.assignment, bank).output.backward(grad);
+      });
+      double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
+      auto peer_res = peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, s, iters, threads);
+      auto row = [&](const std::string& impl, double sec) {
+        std::cout << fmt::format("{:<8} {:<22} {:>10.0f} {:>10.1f} {:>8.2f}x\n", s.name, impl, s.T / sec,
+                                 flops / sec / 1e9, t_dense / sec);
+        results.push_back({{"shape", s.name}, {"impl", impl}, {"seconds", sec}, {"tokens_per_s", s.T / sec},
+                           {"gflops", flops / sec / 1e9}, {"vs_dense", t_dense / sec}});
+      };
+      row("moeforge MoE layer", t_moe);
+      row("dense SwiGLU (k*F)", t_dense);
+      if (peer_res.contains("seconds")) row("python per-expert loop", peer_res["seconds"].get<double>());
+      else std::cout << fmt::format("{:<8} {:<22} {}\n", s.name, "python per-expert loop", peer_res["skipped"].get<std::string>());
+    }
+    if (!json_out.empty()) write_file_atomic(json_out, results.dump(2) + "\n");
+  });
+}
+
+}  // namespace mf::cli
