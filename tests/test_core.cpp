@@ -57,8 +57,8 @@ TEST(Config, OutOfRangeNamesRange) {
   auto e = config_error("[train]\nbeta2 = 1.5");
   EXPECT_NE(e.find("train.beta2"), std::string::npos) << e;
   EXPECT_NE(e.find("[0, 1]"), std::string::npos) << e;
-  e = config_error("[model]\nffn = \"moe\"");
-  EXPECT_NE(e.find("one of {swiglu}"), std::string::npos) << e;
+  e = config_error("[model]\nffn = \"mixture\"");
+  EXPECT_NE(e.find("one of {swiglu, moe}"), std::string::npos) << e;
 }
 
 TEST(Config, SyntaxErrorHasLocation) {

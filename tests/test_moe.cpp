@@ -139,6 +139,21 @@ TEST(Losses, SwitchAuxWorkedExample) {
   EXPECT_NEAR(switch_aux_loss(probs, torch::tensor({0, 0}, torch::kLong), 2, 0.5).item<double>(), 0.6, 1e-15);
 }
 
+TEST(Losses, SequenceAuxIsAlphaAtUniformAndPerSequence) {
+  // 2 sequences of 4 tokens, E = 2, k = 1, uniform probabilities, even load per sequence -> alpha
+  auto probs = torch::full({8, 2}, 0.5, torch::kFloat64);
+  auto token = torch::arange(8, torch::kLong);
+  EXPECT_NEAR(sequence_aux_loss(probs, token, torch::tensor({0, 1, 0, 1, 1, 0, 1, 0}, torch::kLong), 4, 1, 0.1)
+                  .item<double>(), 0.1, 1e-15);
+  // sequence 0 all to expert 0, sequence 1 all to expert 1: per sequence f = (2, 0) / (0, 2), P = 0.5 -> 1 each
+  // (the batch-wide Switch loss would see an even split and also give alpha; a skewed P separates them)
+  auto skew = torch::tensor({0.9, 0.1}, torch::kFloat64).repeat({8, 1});
+  auto unit = torch::tensor({0, 0, 0, 0, 1, 1, 1, 1}, torch::kLong);
+  // seq 0: f = (2, 0), P = (0.9, 0.1) -> 1.8; seq 1: f = (0, 2) -> 0.2; mean 1.0
+  EXPECT_NEAR(sequence_aux_loss(skew, token, unit, 4, 1, 1.0).item<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(sequence_aux_loss(skew, token, torch::zeros({8}, torch::kLong), 4, 1, 1.0).item<double>(), 1.8, 1e-12);
+}
+
 TEST(Losses, ZLossHandComputed) {
   // logsumexp([0, 0]) = ln 2; logsumexp([ln 3, 0]) = ln 4
   auto z = torch::tensor({0.0, 0.0, std::log(3.0), 0.0}, torch::kFloat64).view({2, 2});

@@ -22,6 +22,7 @@ struct MoeConfig {
   double top_p = 0.5;
   double aux_loss_coef = 1e-2;
   double z_loss_coef = 1e-3;
+  double seq_aux_loss_coef = 0.0;
   double bias_update = 0.0;  // DeepSeek-V3 aux-loss-free balancing step (0 = off)
   int64_t n_shared = 0;      // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
   double capacity_factor = 0.0;  // 0 = dropless

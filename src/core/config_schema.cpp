@@ -72,6 +72,8 @@ std::vector<KeySpec> build_schema() {
       nested<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
       nested<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0, 100),
       nested<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),
+      nested<double>("model.moe.seq_aux_loss_coef", MOE_REF(seq_aux_loss_coef),
+                     "sequence-wise balance loss alpha (DeepSeek-V3 uses 1e-4 with bias_update; 0 = off)", 0, 100),
       nested<double>("model.moe.bias_update", MOE_REF(bias_update),
                      "aux-loss-free balancing: selection-bias step gamma after each optimizer step (0 = off)", 0, 1),
       nested<int64_t>("model.moe.n_shared", MOE_REF(n_shared), "always-on shared experts", 0, 64),

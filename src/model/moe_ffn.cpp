@@ -6,6 +6,7 @@ static RouterOptions router_options(const MoeConfig& m) {
   RouterOptions o;
   o.kind = m.router, o.num_experts = m.num_experts, o.top_k = m.top_k, o.renormalize = m.renormalize;
   o.top_p = m.top_p, o.aux_loss_coef = m.aux_loss_coef, o.z_loss_coef = m.z_loss_coef, o.bias_update = m.bias_update;
+  o.seq_aux_loss_coef = m.seq_aux_loss_coef;
   return o;
 }
 
@@ -25,6 +26,7 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_) : layer(lay
 
 torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   auto flat = x.reshape({-1, x.size(-1)});
+  gate->set_sequence_length(x.dim() == 3 ? x.size(1) : flat.size(0));
   auto routed = gate->forward(flat);
   auto result = dispatch(flat, routed.assignment, *experts, dispatch_);
   auto y = result.output;

@@ -45,6 +45,17 @@ at::Tensor switch_aux_loss(const at::Tensor& probs, const at::Tensor& unit, int6
   return alpha * static_cast<double>(E) * (f * P).sum();
 }
 
+at::Tensor sequence_aux_loss(const at::Tensor& probs, const at::Tensor& token, const at::Tensor& unit,
+                             int64_t seq_len, int64_t top_k, double alpha) {
+  const int64_t T = probs.size(0), E = probs.size(1), S = T / seq_len;
+  TORCH_CHECK(seq_len > 0 && T % seq_len == 0, "sequence-wise aux loss: ", T, " tokens are not whole sequences of ", seq_len);
+  auto counts = torch::zeros({S * E}, probs.options()).index_add(0, torch::div(token, seq_len, "trunc") * E + unit,
+                                                               torch::ones({unit.numel()}, probs.options()));
+  auto f = counts.view({S, E}) * (static_cast<double>(E) / static_cast<double>(top_k * seq_len));
+  auto P = probs.view({S, seq_len, E}).mean(1);
+  return alpha * (f * P).sum(1).mean();
+}
+
 at::Tensor router_z_loss(const at::Tensor& logits, double beta) {
   return beta * logits.logsumexp(-1).pow(2).mean();
 }
@@ -103,6 +114,8 @@ RouterOutput RouterImpl::forward(const at::Tensor& x) {
   }
   if (opt_.aux_loss_coef > 0) out.losses.emplace_back("aux", switch_aux_loss(probs, a.unit, E, opt_.aux_loss_coef));
   if (opt_.z_loss_coef > 0) out.losses.emplace_back("z", router_z_loss(logits, opt_.z_loss_coef));
+  if (opt_.seq_aux_loss_coef > 0 && opt_.seq_len > 0)
+    out.losses.emplace_back("seq_aux", sequence_aux_loss(probs, a.token, a.unit, opt_.seq_len, k, opt_.seq_aux_loss_coef));
   out.probs = probs.detach();
   return out;
 }

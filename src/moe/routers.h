@@ -15,12 +15,18 @@ struct RouterOptions {
   double top_p = 0.5;           // cumulative-mass threshold for top_p
   double aux_loss_coef = 1e-2;  // Switch aux loss alpha (0 = off)
   double z_loss_coef = 1e-3;    // router z-loss beta (0 = off)
+  double seq_aux_loss_coef = 0; // sequence-wise balance loss alpha (DeepSeek-V3; 0 = off)
+  int64_t seq_len = 0;          // tokens per sequence for the sequence-wise loss (set per call)
   double bias_update = 0.0;     // DeepSeek-V3 aux-free bias step gamma (0 = off)
   uint64_t seed = 0;            // uniform_random router
 };
 
 // L_aux = alpha * E * sum_i f_i P_i; f_i = share of pairs routed to i (no grad), P_i = mean_t p_ti
 at::Tensor switch_aux_loss(const at::Tensor& probs, const at::Tensor& unit, int64_t num_experts, double alpha);
+// Sequence-wise (DeepSeek-V3): alpha * mean_s sum_i f_si P_si with f_si = E/(k T) * (pairs of
+// sequence s routed to i), P_si = mean over the sequence's tokens of p_ti. Uniform routing gives alpha.
+at::Tensor sequence_aux_loss(const at::Tensor& probs, const at::Tensor& token, const at::Tensor& unit,
+                             int64_t seq_len, int64_t top_k, double alpha);
 // L_z = beta * mean_t logsumexp(z_t)^2
 at::Tensor router_z_loss(const at::Tensor& logits, double beta);
 // smallest prefix of p sorted descending whose mass >= threshold: the number of units per token
@@ -30,6 +36,7 @@ class RouterImpl : public torch::nn::Module {
  public:
   RouterImpl(int64_t d_model, RouterOptions opt);
   RouterOutput forward(const at::Tensor& x);
+  void set_sequence_length(int64_t seq_len) { opt_.seq_len = seq_len; }
   // DeepSeek-V3: b_i += gamma * sign(mean_load - load_i); call after the optimizer step.
   void update_selection_bias(const std::vector<int64_t>& load);
   const RouterOptions& options() const { return opt_; }
