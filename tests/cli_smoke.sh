@@ -99,4 +99,17 @@ for r in smoke half; do
   "$MF" eval runs/$r/checkpoints/step_00000006 --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
 done
 cmp smoke.logits half.logits || fail "resumed model differs from the straight run"
+# MoE: per-layer routing metrics, info, and exact resume with the aux-loss-free bias state
+MOE=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
+     --set model.moe.bias_update=0.01 --set model.moe.seq_aux_loss_coef=1e-4 --set model.moe.layers=1)
+"$MF" train tiny.toml "${MOE[@]}" --set run.name=moe > /dev/null 2>&1 || fail "moe train"
+grep -q '"moe":\[{' runs/moe/metrics.jsonl || fail "no per-layer MoE metrics"
+grep -q '"load":\[' runs/moe/metrics.jsonl || fail "no expert load in metrics"
+expect_ok '"num_experts": 4' -- "$MF" info runs/moe --json
+"$MF" train tiny.toml "${MOE[@]}" --set run.name=moe_half --stop-after 3 > /dev/null 2>&1 || fail "moe stop-after"
+"$MF" train --resume runs/moe_half > /dev/null 2>&1 || fail "moe resume"
+for r in moe moe_half; do
+  "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
+done
+cmp moe.logits moe_half.logits || fail "resumed MoE model differs from the straight run"
 echo "cli smoke: all checks passed"
