@@ -78,6 +78,10 @@ TEST(Config, OverridesUseTheSameValidation) {
   EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
   apply_override(c, "run.name=my-run");
   EXPECT_EQ(c.run.name, "my-run");
+  apply_override(c, "model.moe.layers=1");  // string key: taken literally, not as an integer
+  EXPECT_EQ(c.model.moe.layers, "1");
+  apply_override(c, "model.moe.layers=1,3");
+  EXPECT_EQ(c.model.moe.layers, "1,3");
   apply_override(c, "model.scale_out_init=false");
   EXPECT_FALSE(c.model.scale_out_init);
   EXPECT_THROW(apply_override(c, "train.lrr=0.5"), ConfigError);

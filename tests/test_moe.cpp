@@ -60,6 +60,33 @@ TEST(Dispatch, MatchesDenseReferenceForEveryRouter) {
       expect_matches_reference(c, torch::randn({c.T, c.d}, torch::kFloat64));
 }
 
+TEST(Dispatch, GeluExpertsWithBiasesMatchReference) {
+  torch::manual_seed(5);
+  for (std::string act : {"gelu", "swiglu"}) {
+    ExpertBank bank(5, 6, 7, act, /*bias=*/true);
+    bank.to(torch::kFloat64);
+    {
+      torch::NoGradGuard g;
+      bank.gate_up_proj_bias.normal_(), bank.down_proj_bias.normal_();
+    }
+    RouterOptions o;
+    o.num_experts = 5, o.top_k = 2;
+    Router r(6, o);
+    r->to(torch::kFloat64);
+    auto x = torch::randn({9, 6}, torch::kFloat64);
+    auto run = [&](bool fast) {
+      for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
+      auto a = r->forward(x).assignment;
+      auto y = fast ? dispatch(x, a, bank).output : dense_reference(x, a, bank);
+      (y * y).sum().backward();
+      return std::vector<at::Tensor>{y.detach(), bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone(),
+                                     bank.gate_up_proj_bias.grad().clone(), bank.down_proj_bias.grad().clone()};
+    };
+    auto fast = run(true), ref = run(false);
+    for (size_t i = 0; i < fast.size(); ++i) EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12)) << act << " " << i;
+  }
+}
+
 TEST(Dispatch, TiesAndZeroWeightsMatchReference) {
   torch::manual_seed(1);
   auto row = torch::randn({1, 6}, torch::kFloat64);

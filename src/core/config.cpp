@@ -165,7 +165,8 @@ void apply_override(Config& cfg, const std::string& assignment) {
     v = node_value(*t.get("v"));
   } catch (const toml::parse_error&) {
   }
-  if (!v && spec->type == ValueType::String) v = Value(raw);
+  // a string key takes the text as written when it is not a TOML string (--set model.moe.layers=1,3)
+  if (spec->type == ValueType::String && (!v || !std::holds_alternative<std::string>(*v))) v = Value(raw);
   if (!v) throw ConfigError(fmt::format("--set: key '{}' must be a {}, got '{}'", path, type_name(spec->type), raw));
   set_checked(cfg, *spec, *v, "--set");
 }

@@ -17,6 +17,7 @@ struct MoeConfig {
   int64_t top_k = 2;
   int64_t expert_hidden = 352;
   std::string activation = "swiglu";
+  bool expert_bias = false;
   std::string router = "softmax_topk";  // softmax_topk | sigmoid_topk | top_p | uniform_random | balanced
   bool renormalize = true;
   double top_p = 0.5;

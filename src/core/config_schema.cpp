@@ -66,6 +66,7 @@ std::vector<KeySpec> build_schema() {
       nested<int64_t>("model.moe.top_k", MOE_REF(top_k), "experts per token k (<= num_experts)", 1, 4096),
       nested<int64_t>("model.moe.expert_hidden", MOE_REF(expert_hidden), "hidden width of each expert", 1, 1 << 20),
       nested<std::string>("model.moe.activation", MOE_REF(activation), "expert activation", 1, 0, {"swiglu", "gelu"}),
+      nested<bool>("model.moe.expert_bias", MOE_REF(expert_bias), "give experts biases (GELU ViT experts use them)"),
       nested<std::string>("model.moe.router", MOE_REF(router), "routing policy", 1, 0,
                           {"softmax_topk", "sigmoid_topk", "top_p", "uniform_random", "balanced"}),
       nested<bool>("model.moe.renormalize", MOE_REF(renormalize), "divide the selected weights by their sum"),

@@ -13,7 +13,8 @@ static RouterOptions router_options(const MoeConfig& m) {
 MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_) : layer(layer_) {
   const auto& m = c.moe;
   gate = register_module("gate", Router(c.d_model, router_options(m)));
-  experts = register_module("experts", std::make_shared<ExpertBank>(m.num_experts, c.d_model, m.expert_hidden, m.activation));
+  experts = register_module("experts", std::make_shared<ExpertBank>(m.num_experts, c.d_model, m.expert_hidden, m.activation,
+                                                                       m.expert_bias));
   if (m.n_shared > 0)
     shared_experts = register_module("shared_experts",
                                      std::make_shared<ExpertBank>(1, c.d_model, m.n_shared * m.expert_hidden, "swiglu"));
@@ -36,7 +37,9 @@ torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
     torch::NoGradGuard g;
     last_ = routing_stats(routed);
     last_.dropped = result.dropped;
-    for (size_t e = 0; e < last_.load.size(); ++e) pending_load_[e] += last_.load[e];
+    // only training batches drive the balancing bias (evaluation must not change training)
+    if (is_training())
+      for (size_t e = 0; e < last_.load.size(); ++e) pending_load_[e] += last_.load[e];
   }
   return y.view(x.sizes());
 }

@@ -71,6 +71,10 @@ void TransformerLMImpl::init_weights(uint64_t seed) {
       t.fill_(1.0);
       continue;
     }
+    if (ends_with(name, "bias")) {
+      t.zero_();
+      continue;
+    }
     bool is_out = false;
     for (auto& o : out_names) is_out |= ends_with(name, o);
     t.normal_(0.0, is_out ? out_std : cfg_.init_std, gen);

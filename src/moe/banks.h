@@ -22,12 +22,14 @@ class UnitBank : public torch::nn::Module {
 // SwiGLU: down (silu(gate x) * up x), gate_up_proj [E, 2F, D];  GELU: down gelu(W x), [E, F, D].
 class ExpertBank : public UnitBank {
  public:
-  ExpertBank(int64_t num_experts, int64_t d_model, int64_t hidden, std::string activation = "swiglu");
+  ExpertBank(int64_t num_experts, int64_t d_model, int64_t hidden, std::string activation = "swiglu",
+             bool bias = false);
   int64_t num_units() const override { return num_experts_; }
   at::Tensor forward_grouped(const at::Tensor& rows, const std::vector<int64_t>& counts) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
 
   at::Tensor gate_up_proj, down_proj;
+  at::Tensor gate_up_proj_bias, down_proj_bias;  // [E, 2F|F], [E, D]; undefined without biases
 
  private:
   int64_t num_experts_, hidden_;
