@@ -14,6 +14,12 @@ using namespace mf;
 
 namespace {
 
+Router topk_router(int64_t d, int64_t E, int64_t k) {
+  RouterOptions o;
+  o.num_experts = E, o.top_k = k;
+  return Router(d, o);
+}
+
 struct Case {
   std::string router;
   int64_t T, d, E, k, F;
@@ -123,9 +129,7 @@ TEST(Dispatch, OneExpertTopOneEqualsDenseSwiGLU) {
 
 TEST(Dispatch, CapacityInfinityIsDroplessAndSmallCapacityDrops) {
   torch::manual_seed(2);
-  RouterOptions o;
-  o.num_experts = 4, o.top_k = 2;
-  Router r(6, o);
+  auto r = topk_router(6, 4, 2);
   ExpertBank bank(4, 6, 8);
   auto x = torch::randn({32, 6});
   auto routed = r->forward(x);
@@ -143,9 +147,7 @@ TEST(Dispatch, CapacityInfinityIsDroplessAndSmallCapacityDrops) {
 
 TEST(Dispatch, RepeatedForwardIsBitwiseIdentical) {
   torch::manual_seed(4);
-  RouterOptions o;
-  o.num_experts = 8, o.top_k = 2;
-  Router r(16, o);
+  auto r = topk_router(16, 8, 2);
   ExpertBank bank(8, 16, 24);
   auto x = torch::randn({64, 16});
   auto first = dispatch(x, r->forward(x).assignment, bank).output;

@@ -9,9 +9,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-template <class S, class T>
-KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, double lo = 1,
-            double hi = 0, std::vector<std::string> choices = {}) {
+// A key whose value lives at ref(config), a T& (bool, int64_t, double or std::string).
+template <class T, class Ref>
+KeySpec key_at(const char* path, Ref ref, const char* help, double lo, double hi, std::vector<std::string> choices) {
   KeySpec s;
   s.path = path;
   s.help = help;
@@ -22,23 +22,23 @@ KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, dou
   else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
   else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
   else s.type = ValueType::String;
-  s.get = [sec, field](const Config& c) -> Value { return Value((c.*sec).*field); };
-  s.set = [sec, field](Config& c, const Value& v) { (c.*sec).*field = std::get<T>(v); };
+  s.get = [ref](const Config& c) -> Value { return Value(ref(const_cast<Config&>(c))); };
+  s.set = [ref](Config& c, const Value& v) { ref(c) = std::get<T>(v); };
   return s;
+}
+
+// a key of a top-level section: key("train.lr", &Config::train, &TrainConfig::lr, ...)
+template <class S, class T>
+KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, double lo = 1,
+            double hi = 0, std::vector<std::string> choices = {}) {
+  return key_at<T>(path, [sec, field](Config& c) -> T& { return (c.*sec).*field; }, help, lo, hi, std::move(choices));
 }
 
 // keys nested below a section (model.moe.*)
 template <class T, class Ref>
 KeySpec nested(const char* path, Ref ref, const char* help, double lo = 1, double hi = 0,
                std::vector<std::string> choices = {}) {
-  KeySpec s = key(path, &Config::run, &RunConfig::name, help, lo, hi, std::move(choices));
-  if constexpr (std::is_same_v<T, bool>) s.type = ValueType::Bool;
-  else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
-  else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
-  else s.type = ValueType::String;
-  s.get = [ref](const Config& c) -> Value { return Value(ref(const_cast<Config&>(c))); };
-  s.set = [ref](Config& c, const Value& v) { ref(c) = std::get<T>(v); };
-  return s;
+  return key_at<T>(path, ref, help, lo, hi, std::move(choices));
 }
 #define MOE_REF(field) [](Config& c) -> auto& { return c.model.moe.field; }
 
