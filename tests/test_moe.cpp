@@ -60,7 +60,7 @@ void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
 
 TEST(Dispatch, MatchesDenseReferenceForEveryRouter) {
   torch::manual_seed(0);
-  for (std::string router : {"softmax_topk", "sigmoid_topk", "top_p", "uniform_random", "balanced"})
+  for (std::string router : {"softmax_topk", "sigmoid_topk", "norm_topk", "top_p", "uniform_random", "balanced"})
     for (Case c : {Case{router, 13, 8, 4, 2, 6}, Case{router, 7, 6, 16, 3, 5} /* many empty experts */,
                    Case{router, 9, 5, 3, 3, 4} /* k = E */, Case{router, 1, 4, 5, 1, 3}})
       expect_matches_reference(c, torch::randn({c.T, c.d}, torch::kFloat64));

@@ -194,12 +194,45 @@ bool is_moe_layer(const ModelConfig& m, int64_t layer) {
                                 "of block indices like \"1,3\"", p));
 }
 
+int64_t num_moe_layers(const ModelConfig& m) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < m.n_layers; ++i) n += is_moe_layer(m, i);
+  return n;
+}
+
+int64_t routed_experts(const ModelConfig& m) {
+  if (m.moe.pool_groups == 0) return m.moe.num_experts;
+  const int64_t total = m.moe.pool_size > 0 ? m.moe.pool_size : m.moe.num_experts * num_moe_layers(m);
+  return total / m.moe.pool_groups;
+}
+
+static void validate_pool(const ModelConfig& m) {
+  const auto& p = m.moe;
+  const int64_t n_moe = num_moe_layers(m);
+  if (p.pool_groups == 0) {
+    if (p.pool_aux_loss_coef > 0)
+      throw ConfigError("model.moe.pool_aux_loss_coef needs a shared pool (model.moe.pool_groups >= 1)");
+    return;
+  }
+  if (n_moe % p.pool_groups != 0)
+    throw ConfigError(fmt::format("model.moe.pool_groups ({}) must divide the number of MoE layers ({})", p.pool_groups, n_moe));
+  const int64_t total = p.pool_size > 0 ? p.pool_size : p.num_experts * n_moe;
+  if (total % p.pool_groups != 0)
+    throw ConfigError(fmt::format("model.moe.pool_size ({}) must be divisible by model.moe.pool_groups ({})", total, p.pool_groups));
+  if (p.n_shared > 0 || p.capacity_factor > 0 || p.bias_update > 0 || p.activation != "swiglu" || p.expert_bias)
+    throw ConfigError("model.moe.pool_groups: shared pools support SwiGLU experts without n_shared, capacity_factor, "
+                      "bias_update or expert_bias");
+}
+
 void validate(const Config& c) {
   const auto& m = c.model;
   if (m.ffn == "moe") {
-    if (m.moe.top_k > m.moe.num_experts)
-      throw ConfigError(fmt::format("model.moe.top_k ({}) exceeds model.moe.num_experts ({})", m.moe.top_k, m.moe.num_experts));
     for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
+    validate_pool(m);
+    const int64_t E = routed_experts(m);
+    if (m.moe.top_k > E)
+      throw ConfigError(fmt::format("model.moe.top_k ({}) exceeds the experts a router chooses among ({}; "
+                                    "model.moe.num_experts or pool_size / pool_groups)", m.moe.top_k, E));
   }
   if (m.d_model % m.n_heads != 0)
     throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));

@@ -18,8 +18,10 @@ struct MoeConfig {
   int64_t expert_hidden = 352;
   std::string activation = "swiglu";
   bool expert_bias = false;
-  std::string router = "softmax_topk";  // softmax_topk | sigmoid_topk | top_p | uniform_random | balanced
+  std::string router = "softmax_topk";  // softmax_topk | sigmoid_topk | norm_topk | top_p | uniform_random | balanced
   bool renormalize = true;
+  bool norm_renormalize = false;  // norm_topk: UniPool uses the selected scores as they are
+  double norm_eps = 1e-8;
   double top_p = 0.5;
   double aux_loss_coef = 1e-2;
   double z_loss_coef = 1e-3;
@@ -27,6 +29,11 @@ struct MoeConfig {
   double bias_update = 0.0;  // DeepSeek-V3 aux-loss-free balancing step (0 = off)
   int64_t n_shared = 0;      // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
   double capacity_factor = 0.0;  // 0 = dropless
+  // UniPool (../shared/specs/unipool.md): MoE layers split into pool_groups contiguous groups,
+  // each sharing one pool of pool_size / pool_groups experts. 0 = every layer owns its experts.
+  int64_t pool_groups = 0;
+  int64_t pool_size = 0;            // total pool experts M (0 = num_experts x MoE layers, the vanilla budget)
+  double pool_aux_loss_coef = 0.0;  // pool-level balance loss alpha_pool (one step behind)
 };
 
 struct ModelConfig {
@@ -47,6 +54,9 @@ struct ModelConfig {
 
 // Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).
 bool is_moe_layer(const ModelConfig& m, int64_t layer);
+int64_t num_moe_layers(const ModelConfig& m);
+// Experts a router of this model chooses among: num_experts, or the group's pool size.
+int64_t routed_experts(const ModelConfig& m);
 
 struct DataConfig {
   std::string dir = "data";

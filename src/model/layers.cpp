@@ -100,8 +100,8 @@ torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
-std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer) {
-  if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer);
+std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool) {
+  if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer, std::move(pool));
   if (c.ffn == "swiglu" || c.ffn == "moe") return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
   throw std::invalid_argument("unknown model.ffn '" + c.ffn + "'");
 }

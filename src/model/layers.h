@@ -74,7 +74,10 @@ class SwiGLU : public FeedForward {
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 
-// Builds the FFN slot of block `layer` from the config (the one place new FFN kinds plug in).
-std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer);
+struct ExpertPool;  // model/moe_ffn.h
+// Builds the FFN slot of block `layer` from the config (the one place new FFN kinds plug in);
+// `pool` is the UniPool group the layer routes into, if any.
+std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer,
+                                               std::shared_ptr<ExpertPool> pool = nullptr);
 
 }  // namespace mf

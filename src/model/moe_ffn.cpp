@@ -1,35 +1,85 @@
 #include "model/moe_ffn.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
 namespace mf {
 
-static RouterOptions router_options(const MoeConfig& m) {
+static RouterOptions router_options(const ModelConfig& c) {
+  const auto& m = c.moe;
   RouterOptions o;
-  o.kind = m.router, o.num_experts = m.num_experts, o.top_k = m.top_k, o.renormalize = m.renormalize;
+  o.kind = m.router, o.num_experts = routed_experts(c), o.top_k = m.top_k;
+  o.renormalize = m.router == "norm_topk" ? m.norm_renormalize : m.renormalize;
   o.top_p = m.top_p, o.aux_loss_coef = m.aux_loss_coef, o.z_loss_coef = m.z_loss_coef, o.bias_update = m.bias_update;
-  o.seq_aux_loss_coef = m.seq_aux_loss_coef;
+  o.seq_aux_loss_coef = m.seq_aux_loss_coef, o.norm_eps = m.norm_eps;
   return o;
 }
 
-MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_) : layer(layer_) {
+std::vector<std::shared_ptr<ExpertPool>> make_expert_pools(const ModelConfig& c) {
+  std::vector<std::shared_ptr<ExpertPool>> pools;
   const auto& m = c.moe;
-  gate = register_module("gate", Router(c.d_model, router_options(m)));
-  experts = register_module("experts", std::make_shared<ExpertBank>(m.num_experts, c.d_model, m.expert_hidden, m.activation,
-                                                                       m.expert_bias));
+  if (c.ffn != "moe" || m.pool_groups == 0) return pools;
+  std::vector<int64_t> moe;
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    if (is_moe_layer(c, i)) moe.push_back(i);
+  const int64_t per_group = static_cast<int64_t>(moe.size()) / m.pool_groups, E = routed_experts(c);
+  for (int64_t g = 0; g < m.pool_groups; ++g) {
+    auto p = std::make_shared<ExpertPool>();
+    p->bank = std::make_shared<ExpertBank>(E, c.d_model, m.expert_hidden, m.activation, m.expert_bias);
+    if (m.pool_aux_loss_coef > 0) p->balance = PoolBalance(E, per_group, m.pool_aux_loss_coef);
+    p->layers.assign(moe.begin() + g * per_group, moe.begin() + (g + 1) * per_group);
+    pools.push_back(p);
+  }
+  return pools;
+}
+
+MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, std::shared_ptr<ExpertPool> pool)
+    : layer(layer_), pool_(std::move(pool)) {
+  const auto& m = c.moe;
+  gate = register_module("gate", Router(c.d_model, router_options(c)));
+  if (!pool_) {
+    experts = register_module("experts", std::make_shared<ExpertBank>(m.num_experts, c.d_model, m.expert_hidden,
+                                                                         m.activation, m.expert_bias));
+  } else {
+    experts = pool_->bank;
+    if (pool_->layers.front() == layer) {
+      register_module("experts", experts);
+      if (pool_->balance) register_module("pool_balance", pool_->balance);
+    }
+  }
   if (m.n_shared > 0)
     shared_experts = register_module("shared_experts",
                                      std::make_shared<ExpertBank>(1, c.d_model, m.n_shared * m.expert_hidden, "swiglu"));
   dispatch_.capacity_factor = m.capacity_factor;
-  int64_t n_moe = 0;
-  for (int64_t i = 0; i < c.n_layers; ++i) n_moe += is_moe_layer(c, i);
-  loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, n_moe));
-  pending_load_.assign(m.num_experts, 0);
+  loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
+  pending_load_.assign(experts->num_units(), 0);
+}
+
+// Probe: k distinct units per token, uniform over the candidates (the router's weights kept).
+static at::Tensor random_units(const MoEFeedForward::RandomRouting& r, int64_t tokens, int64_t k, uint64_t seed) {
+  const auto n = static_cast<int64_t>(r.candidates.size());
+  TORCH_CHECK(n >= k, "random routing: ", n, " candidate experts for top-", k);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto pick = std::get<1>(torch::rand({tokens, n}, gen, torch::TensorOptions().dtype(torch::kFloat)).topk(k, -1));
+  auto cand = torch::tensor(r.candidates, torch::kLong);
+  return cand.index_select(0, pick.reshape({-1}));
 }
 
 torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   auto flat = x.reshape({-1, x.size(-1)});
   gate->set_sequence_length(x.dim() == 3 ? x.size(1) : flat.size(0));
   auto routed = gate->forward(flat);
-  auto result = dispatch(flat, routed.assignment, *experts, dispatch_);
+  auto& a = routed.assignment;
+  if (random_routing) {
+    const int64_t k = a.unit.numel() / std::max<int64_t>(1, a.num_tokens);
+    a.unit = random_units(*random_routing, a.num_tokens, k, random_routing->seed + static_cast<uint64_t>(probe_calls_++));
+  }
+  if (pool_ && pool_->balance) {
+    const bool record = is_training() && torch::GradMode::is_enabled();
+    if (auto l = pool_->balance->layer_loss(routed.scores, a.unit, record); l.defined())
+      routed.losses.emplace_back("pool_aux", l);
+  }
+  auto result = dispatch(flat, a, *experts, dispatch_);
   auto y = result.output;
   if (shared_experts) y = y + shared_experts->forward_unit(0, flat);
   for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
@@ -57,6 +107,7 @@ nlohmann::json MoEFeedForward::stats_json() const {
     j["load_min"] = *std::min_element(last_.load.begin(), last_.load.end());
     j["load_max"] = *std::max_element(last_.load.begin(), last_.load.end());
   }
+  if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
   for (auto& [name, v] : last_.losses) j[name] = v;
   return j;
 }

@@ -4,17 +4,18 @@
 #include <torch/nn/init.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/moe_ffn.h"
 
 namespace mf {
 
-DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer) {
+DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool) {
   input_layernorm = register_module("input_layernorm", RMSNorm(c.d_model, c.norm_eps));
   self_attn = register_module("self_attn", Attention(c));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.d_model, c.norm_eps));
-  mlp = register_module("mlp", make_feed_forward(c, layer));
+  mlp = register_module("mlp", make_feed_forward(c, layer, std::move(pool)));
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache,
@@ -26,8 +27,12 @@ torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTable&
 DecoderImpl::DecoderImpl(const ModelConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.d_model));
   layers = register_module("layers", torch::nn::ModuleList());
+  pools = make_expert_pools(c);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    blocks.emplace_back(c, i);
+    std::shared_ptr<ExpertPool> pool;
+    for (auto& p : pools)
+      if (std::find(p->layers.begin(), p->layers.end(), i) != p->layers.end()) pool = p;
+    blocks.emplace_back(c, i, pool);
     layers->push_back(blocks.back());
   }
   norm = register_module("norm", RMSNorm(c.d_model, c.norm_eps));
@@ -67,7 +72,7 @@ void TransformerLMImpl::init_weights(uint64_t seed) {
   for (auto& p : named_parameters()) {
     const auto& name = p.key();
     auto& t = p.value();
-    if (ends_with(name, "norm.weight")) {
+    if (ends_with(name, "norm.weight") || ends_with(name, "norm_scale")) {
       t.fill_(1.0);
       continue;
     }
@@ -88,11 +93,21 @@ ParamCounts TransformerLMImpl::param_counts() const {
     if (p.key() == "model.embed_tokens.weight") c.embedding += p.value().numel();
   }
   c.non_embedding = c.total - c.embedding;
+  // active = total - every stored routed expert + the k experts each MoE layer uses
   c.active = c.total;
+  std::vector<const ExpertBank*> seen;
   for (auto& m : moe_layers(feed_forwards())) {
-    const auto& o = m->gate->options();
-    const double unused = 1.0 - static_cast<double>(o.top_k) / static_cast<double>(o.num_experts);
-    c.active -= static_cast<int64_t>(unused * static_cast<double>(m->experts->gate_up_proj.numel() + m->experts->down_proj.numel()));
+    const auto& bank = *m->experts;
+    const int64_t bank_params = bank.gate_up_proj.numel() + bank.down_proj.numel() +
+                                (bank.gate_up_proj_bias.defined() ? bank.gate_up_proj_bias.numel() + bank.down_proj_bias.numel() : 0);
+    const int64_t per_expert = bank_params / bank.num_units();
+    if (std::find(seen.begin(), seen.end(), &bank) == seen.end()) {
+      seen.push_back(&bank);
+      c.expert_stored += bank_params, c.active -= bank_params;
+    }
+    c.active += m->gate->options().top_k * per_expert;
+    c.expert_vanilla += cfg_.moe.num_experts * per_expert;
+    for (auto& p : m->gate->parameters()) c.router += p.numel();
   }
   return c;
 }

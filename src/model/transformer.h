@@ -11,7 +11,7 @@ namespace mf {
 // pre-norm block: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const ModelConfig& c, int64_t layer);
+  DecoderBlockImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache, AuxLosses& aux);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
@@ -25,6 +25,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::vector<DecoderBlock> blocks;  // the same modules as `layers`, typed
+  std::vector<std::shared_ptr<ExpertPool>> pools;  // UniPool groups (empty for private experts)
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Decoder);
@@ -32,6 +33,9 @@ TORCH_MODULE(Decoder);
 struct ParamCounts {
   int64_t total = 0, embedding = 0, non_embedding = 0;
   int64_t active = 0;  // used per token: total minus the experts a token does not visit
+  int64_t expert_stored = 0;   // routed-expert parameters, each shared pool counted once
+  int64_t expert_vanilla = 0;  // what num_experts private experts per MoE layer would store
+  int64_t router = 0;          // router parameters (weights and NormRouter scales)
 };
 
 class TransformerLMImpl : public torch::nn::Module {

@@ -3,8 +3,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/linear.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <tuple>
+
+#include "core/util.h"
 
 namespace mf {
 
@@ -32,6 +38,7 @@ RoutingStats routing_stats(const RouterOutput& out) {
   s.load.assign(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + a.num_units);
   if (out.probs.defined() && a.num_tokens > 0) {
     auto p = out.probs.to(at::kDouble);
+    p = p / p.sum(-1, true).clamp_min(1e-30);  // NormRouter scores are not a distribution
     s.entropy = (-(p * p.clamp_min(1e-30).log()).sum(-1)).mean().item<double>();
   }
   s.mean_units_per_token = a.num_tokens ? static_cast<double>(a.unit.numel()) / static_cast<double>(a.num_tokens) : 0;
@@ -66,11 +73,50 @@ at::Tensor top_p_counts(const at::Tensor& probs, double threshold) {
   return (before < threshold).sum(-1);       // >= 1: the first entry is always taken
 }
 
+double norm_router_constant(int64_t M, int64_t k, int64_t samples) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, double> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(M, k, samples);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  SplitMix64 rng(42);
+  std::vector<double> x(static_cast<size_t>(M));
+  double sum = 0;
+  int64_t used = 0;
+  for (int64_t s = 0; s < samples; ++s) {
+    for (int64_t i = 0; i < M; i += 2) {  // Box-Muller, two normals per pair of uniforms
+      const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform(), r = std::sqrt(-2.0 * std::log(u1));
+      x[i] = r * std::cos(2 * M_PI * u2);
+      if (i + 1 < M) x[i + 1] = r * std::sin(2 * M_PI * u2);
+    }
+    double norm = 0;
+    for (double v : x) norm += v * v;
+    norm = std::sqrt(norm);
+    std::partial_sort(x.begin(), x.begin() + k, x.end(), std::greater<>());
+    double top = 0;
+    for (int64_t i = 0; i < k; ++i) top += x[i] > 0 ? (x[i] / norm) * (x[i] / norm) : 0;
+    if (top <= 0) continue;  // all entries negative: 1/0 in the reference code
+    sum += 1.0 / std::sqrt(top), ++used;
+  }
+  return cache[key] = used ? sum / static_cast<double>(used) : 1.0;
+}
+
 RouterImpl::RouterImpl(int64_t d_model, RouterOptions opt) : opt_(std::move(opt)) {
   TORCH_CHECK(opt_.num_experts >= 1 && opt_.top_k >= 1 && opt_.top_k <= opt_.num_experts,
               "router: need 1 <= top_k <= num_experts");
   weight = register_parameter("weight", torch::randn({opt_.num_experts, d_model}) * 0.02);
   selection_bias = register_buffer("selection_bias", torch::zeros({opt_.num_experts}));
+  if (opt_.kind == "norm_topk") {
+    norm_scale = register_parameter("norm_scale", torch::ones({1}));
+    norm_constant = norm_router_constant(opt_.num_experts, opt_.top_k);
+  }
+}
+
+// NormRouter: s = sigma * c * ReLU(z / (||z||_2 + eps)); the norm runs over all E logits
+// before the ReLU, so negative logits shrink the positive scores.
+static at::Tensor norm_router_scores(const at::Tensor& logits, const at::Tensor& sigma, double c, double eps) {
+  auto norm = logits.norm(2, -1, /*keepdim=*/true) + eps;
+  return (logits / norm).relu() * (sigma.to(logits.dtype()) * c);
 }
 
 RouterOutput RouterImpl::forward(const at::Tensor& x) {
@@ -83,12 +129,14 @@ RouterOutput RouterImpl::forward(const at::Tensor& x) {
   a.num_tokens = T, a.num_units = E;
   auto rows = torch::arange(T, torch::kLong);
   const auto& kind = opt_.kind;
-  if (kind == "softmax_topk" || kind == "sigmoid_topk") {
-    auto scores = kind == "sigmoid_topk" ? logits.sigmoid() : probs;
+  if (kind == "norm_topk") out.scores = norm_router_scores(logits, norm_scale, norm_constant, opt_.norm_eps);
+  if (kind == "softmax_topk" || kind == "sigmoid_topk" || kind == "norm_topk") {
+    auto scores = kind == "sigmoid_topk" ? logits.sigmoid() : kind == "norm_topk" ? out.scores : probs;
     auto select = opt_.bias_update > 0 ? scores.detach() + selection_bias.to(dtype) : scores.detach();
     auto idx = std::get<1>(select.topk(k, -1, /*largest=*/true, /*sorted=*/true));  // [T, k]
     auto w = scores.gather(1, idx);
-    if (opt_.renormalize) w = w / w.sum(-1, true);
+    // NormRouter weights may all be 0 (no positive logit): keep them 0 rather than 0/0
+    if (opt_.renormalize) w = kind == "norm_topk" ? w / w.sum(-1, true).clamp_min(1e-30) : w / w.sum(-1, true);
     a.token = rows.repeat_interleave(k), a.unit = idx.reshape({-1}), a.weight = w.reshape({-1});
   } else if (kind == "top_p") {
     auto sorted = probs.sort(-1, /*descending=*/true);
@@ -112,11 +160,12 @@ RouterOutput RouterImpl::forward(const at::Tensor& x) {
   } else {
     TORCH_CHECK(false, "unknown router kind '", kind, "'");
   }
-  if (opt_.aux_loss_coef > 0) out.losses.emplace_back("aux", switch_aux_loss(probs, a.unit, E, opt_.aux_loss_coef));
+  if (!out.scores.defined()) out.scores = probs;
+  if (opt_.aux_loss_coef > 0) out.losses.emplace_back("aux", switch_aux_loss(out.scores, a.unit, E, opt_.aux_loss_coef));
   if (opt_.z_loss_coef > 0) out.losses.emplace_back("z", router_z_loss(logits, opt_.z_loss_coef));
   if (opt_.seq_aux_loss_coef > 0 && opt_.seq_len > 0)
     out.losses.emplace_back("seq_aux", sequence_aux_loss(probs, a.token, a.unit, opt_.seq_len, k, opt_.seq_aux_loss_coef));
-  out.probs = probs.detach();
+  out.probs = out.scores.detach();
   return out;
 }
 

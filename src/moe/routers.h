@@ -8,7 +8,8 @@
 namespace mf {
 
 struct RouterOptions {
-  std::string kind = "softmax_topk";  // softmax_topk | sigmoid_topk | top_p | uniform_random | balanced
+  // softmax_topk | sigmoid_topk | norm_topk (UniPool NormRouter) | top_p | uniform_random | balanced
+  std::string kind = "softmax_topk";
   int64_t num_experts = 8;
   int64_t top_k = 2;
   bool renormalize = true;      // divide selected weights by their sum
@@ -19,7 +20,14 @@ struct RouterOptions {
   int64_t seq_len = 0;          // tokens per sequence for the sequence-wise loss (set per call)
   double bias_update = 0.0;     // DeepSeek-V3 aux-free bias step gamma (0 = off)
   uint64_t seed = 0;            // uniform_random router
+  double norm_eps = 1e-8;       // norm_topk: added to ||z||_2
 };
+
+// NormRouter calibration c(M, k) = E_x[ 1 / ||topk(ReLU(x / ||x||))||_2 ], x ~ N(0, I_M),
+// estimated from 1e5 samples of a fixed-seed generator (SplitMix64 + Box-Muller, so the
+// value is the same on every machine and LibTorch version); samples with no positive entry
+// are skipped. Computed once per (M, k) and cached.
+double norm_router_constant(int64_t num_experts, int64_t top_k, int64_t samples = 100000);
 
 // L_aux = alpha * E * sum_i f_i P_i; f_i = share of pairs routed to i (no grad), P_i = mean_t p_ti
 at::Tensor switch_aux_loss(const at::Tensor& probs, const at::Tensor& unit, int64_t num_experts, double alpha);
@@ -43,6 +51,8 @@ class RouterImpl : public torch::nn::Module {
 
   at::Tensor weight;          // W_r [E, d]; registered by the MoE layer as "gate" -> mlp.gate.weight
   at::Tensor selection_bias;  // [E], selection only, not trained by gradient
+  at::Tensor norm_scale;      // norm_topk: learnable sigma [1] (mlp.gate.norm_scale, no weight decay)
+  double norm_constant = 1;   // norm_topk: c(E, k)
 
  private:
   RouterOptions opt_;

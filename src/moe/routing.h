@@ -30,7 +30,8 @@ struct RoutingStats {
 struct RouterOutput {
   Assignment assignment;
   std::vector<std::pair<std::string, at::Tensor>> losses;  // already scaled by their coefficients
-  at::Tensor probs;  // [T, E] routing distribution (for statistics), no grad
+  at::Tensor probs;   // [T, E] routing distribution (for statistics), no grad
+  at::Tensor scores;  // [T, E] the scores balance losses act on (softmax probs or NormRouter s), with grad
 };
 
 // Routing statistics of one forward pass (no autograd).

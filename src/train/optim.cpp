@@ -11,7 +11,7 @@ namespace {
 
 bool no_decay(const std::string& name, const TrainConfig& c) {
   auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
-  return ends("norm.weight") || ends("bias") || (!c.decay_embeddings && ends("embed_tokens.weight"));
+  return ends("norm.weight") || ends("norm_scale") || ends("bias") || (!c.decay_embeddings && ends("embed_tokens.weight"));
 }
 
 // LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string;

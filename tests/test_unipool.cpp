@@ -1,0 +1,249 @@
+// UniPool: NormRouter, the pool-level balance loss, shared-pool layout and gradients
+// (../shared/specs/unipool.md).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "model/moe_ffn.h"
+#include "model/transformer.h"
+#include "moe/dispatch.h"
+#include "moe/pool_balance.h"
+#include "moe/routers.h"
+
+using namespace mf;
+
+namespace {
+
+Router norm_router(int64_t d, int64_t E, int64_t k, bool renormalize = false) {
+  RouterOptions o;
+  o.kind = "norm_topk", o.num_experts = E, o.top_k = k, o.renormalize = renormalize, o.aux_loss_coef = 0,
+  o.z_loss_coef = 0;
+  Router r(d, o);
+  r->to(torch::kFloat64);
+  return r;
+}
+
+ModelConfig pool_model(int64_t groups, int64_t pool_size = 0) {
+  ModelConfig c;
+  c.vocab_size = 37, c.d_model = 16, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
+  c.moe.num_experts = 4, c.moe.top_k = 1, c.moe.expert_hidden = 8, c.moe.aux_loss_coef = 0, c.moe.z_loss_coef = 0;
+  c.moe.pool_groups = groups, c.moe.pool_size = pool_size;
+  return c;
+}
+
+}  // namespace
+
+TEST(NormRouter, ScoresAreInvariantToInputScale) {
+  torch::manual_seed(1);
+  auto r = norm_router(8, 12, 2);
+  auto x = torch::randn({10, 8}, torch::kFloat64);
+  auto a = r->forward(x), b = r->forward(x * 37.5);
+  EXPECT_TRUE(torch::allclose(a.scores, b.scores, 1e-6, 0));  // up to eps = 1e-8 next to ||z||
+  EXPECT_TRUE(torch::equal(a.assignment.unit, b.assignment.unit));
+}
+
+TEST(NormRouter, HandComputedScores) {
+  auto r = norm_router(2, 3, 1);
+  {
+    torch::NoGradGuard g;
+    r->weight.copy_(torch::tensor({{1.0, 0.0}, {0.0, 1.0}, {-1.0, -1.0}}, torch::kFloat64));
+    r->norm_scale.fill_(2.0);
+  }
+  // x = (3, 4): z = (3, 4, -7), ||z|| = sqrt(74); s = 2 c relu(z / ||z||)
+  auto out = r->forward(torch::tensor({{3.0, 4.0}}, torch::kFloat64));
+  const double n = std::sqrt(74.0) + 1e-8, c = r->norm_constant;
+  EXPECT_NEAR(out.scores[0][0].item<double>(), 2 * c * 3 / n, 1e-12);
+  EXPECT_NEAR(out.scores[0][1].item<double>(), 2 * c * 4 / n, 1e-12);
+  EXPECT_EQ(out.scores[0][2].item<double>(), 0.0);
+  EXPECT_EQ(out.assignment.unit[0].item<int64_t>(), 1);
+  EXPECT_NEAR(out.assignment.weight[0].item<double>(), 2 * c * 4 / n, 1e-12);  // the score itself, no renorm
+}
+
+TEST(NormRouter, ConstantMatchesReferenceAndIsDeterministic) {
+  // authors' numpy values (seed 42, 1e5 samples); our generator differs, so within MC error
+  EXPECT_NEAR(norm_router_constant(96, 1), 4.016194, 0.03);
+  EXPECT_NEAR(norm_router_constant(192, 1), 5.158132, 0.03);
+  EXPECT_NEAR(norm_router_constant(16, 2), 1.918122, 0.02);
+  EXPECT_NEAR(norm_router_constant(64, 8), 1.713798, 0.02);
+  EXPECT_EQ(norm_router_constant(96, 1), norm_router_constant(96, 1));
+  EXPECT_EQ(norm_router_constant(24, 1, 5000), norm_router_constant(24, 1, 5000));
+  // M = 8, k = 1: one sample in 256 has no positive entry (inf in the reference code)
+  EXPECT_TRUE(std::isfinite(norm_router_constant(8, 1)));
+  EXPECT_EQ(norm_router(4, 96, 1)->norm_constant, norm_router_constant(96, 1));
+}
+
+TEST(NormRouter, AllNegativeLogitsGiveZeroWeightsNotNaN) {
+  for (bool renorm : {false, true}) {
+    auto r = norm_router(3, 5, 2, renorm);
+    {
+      torch::NoGradGuard g;
+      r->weight.fill_(-1.0);
+    }
+    auto x = torch::rand({6, 3}, torch::kFloat64).add_(0.1).requires_grad_(true);  // z < 0 everywhere
+    auto out = r->forward(x);
+    EXPECT_EQ(out.assignment.weight.abs().sum().item<double>(), 0.0);
+    ExpertBank bank(5, 3, 4);
+    bank.to(torch::kFloat64);
+    auto y = dispatch(x, out.assignment, bank).output;
+    EXPECT_EQ(y.abs().sum().item<double>(), 0.0);
+    (y.sum() + out.scores.sum()).backward();
+    EXPECT_FALSE(x.grad().isnan().any().item<bool>());
+    EXPECT_FALSE(r->weight.grad().isnan().any().item<bool>());
+  }
+  auto zero = norm_router(3, 5, 1)->forward(torch::zeros({2, 3}, torch::kFloat64));  // ||z|| = 0
+  EXPECT_FALSE(zero.scores.isnan().any().item<bool>());
+}
+
+TEST(NormRouter, MatchesDenseReferenceWithoutRenormalization) {
+  torch::manual_seed(4);
+  auto r = norm_router(6, 10, 3);
+  ExpertBank bank(10, 6, 5);
+  bank.to(torch::kFloat64);
+  auto x = torch::randn({9, 6}, torch::kFloat64);
+  auto grads = [&](bool fast) {
+    auto xi = x.clone().requires_grad_(true);
+    for (auto& p : r->parameters()) p.mutable_grad() = at::Tensor();
+    for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
+    auto out = r->forward(xi);
+    auto y = fast ? dispatch(xi, out.assignment, bank).output : dense_reference(xi, out.assignment, bank);
+    (y * y.detach().sin()).sum().backward();
+    return std::vector<at::Tensor>{y.detach(), xi.grad(), r->weight.grad().clone(), r->norm_scale.grad().clone(),
+                                   bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone()};
+  };
+  auto fast = grads(true), ref = grads(false);
+  for (size_t i = 0; i < fast.size(); ++i) EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12)) << i;
+}
+
+TEST(PoolBalance, DecomposedLossEqualsDirectFormula) {
+  torch::manual_seed(2);
+  const int64_t M = 6, L = 3, T = 8;
+  PoolBalance pb(M, L, 0.01);
+  pb->to(torch::kFloat64);
+  std::vector<at::Tensor> units0, scores1;
+  auto fbar = torch::zeros({M}, torch::kFloat64);
+  for (int64_t l = 0; l < L; ++l) {  // micro-batch 0: no loss yet
+    units0.push_back(torch::randint(0, M, {T}, torch::kLong));
+    fbar += at::bincount(units0.back(), {}, M).to(torch::kFloat64) / double(T) / double(L);
+    EXPECT_FALSE(pb->layer_loss(torch::rand({T, M}, torch::kFloat64), units0.back(), true).defined());
+  }
+  EXPECT_TRUE(pb->ready());
+  EXPECT_TRUE(torch::allclose(pb->fraction, fbar));
+  auto sum = torch::zeros({}, torch::kFloat64), pbar = torch::zeros({M}, torch::kFloat64);
+  for (int64_t l = 0; l < L; ++l) {  // micro-batch 1 uses micro-batch 0's fractions
+    scores1.push_back(torch::rand({T, M}, torch::kFloat64));
+    pbar += scores1.back().mean(0) / double(L);
+    sum += pb->layer_loss(scores1.back(), torch::randint(0, M, {T}, torch::kLong), true);
+  }
+  EXPECT_NEAR((sum / double(L)).item<double>(), pool_aux_loss(fbar, pbar, 0.01).item<double>(), 1e-14);
+  // hand check: alpha * M * sum_i fbar_i pbar_i
+  EXPECT_NEAR(pool_aux_loss(fbar, pbar, 0.01).item<double>(), 0.01 * M * (fbar * pbar).sum().item<double>(), 1e-15);
+  // uniform usage and uniform scores 1/M give alpha, as the Switch loss does
+  EXPECT_NEAR(pool_aux_loss(torch::full({M}, 1.0 / M, torch::kFloat64), torch::full({M}, 1.0 / M, torch::kFloat64), 0.01).item<double>(), 0.01, 1e-15);
+}
+
+TEST(PoolBalance, UsesPreviousMicroBatchAndIgnoresEvaluation) {
+  const int64_t M = 4, L = 2;
+  PoolBalance pb(M, L, 1.0);
+  pb->to(torch::kFloat64);
+  auto all_to = [&](int64_t e) { return torch::full({4}, e, torch::kLong); };
+  auto s = torch::full({4, M}, 0.25, torch::kFloat64);
+  EXPECT_FALSE(pb->layer_loss(s, all_to(0), true).defined());
+  EXPECT_FALSE(pb->layer_loss(s, all_to(0), true).defined());  // t = 0: everything went to expert 0
+  EXPECT_TRUE(pb->layer_loss(s, all_to(3), false).defined());  // evaluation: a loss, but not recorded
+  auto scores = torch::tensor({{1.0, 0.0, 0.0, 0.0}, {0.5, 0.5, 0.0, 0.0}}, torch::kFloat64);
+  // t = 1: fbar = e_0 from t = 0 (not the units routed now): M * fbar . mean(scores) = 4 * 0.75
+  EXPECT_DOUBLE_EQ(pb->layer_loss(scores, all_to(2).slice(0, 0, 2), true).item<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(pb->layer_loss(scores, all_to(2).slice(0, 0, 2), true).item<double>(), 3.0);
+  // t = 2 sees t = 1's routing (all to expert 2): mean score of expert 2 is 0
+  EXPECT_DOUBLE_EQ(pb->layer_loss(scores, all_to(1).slice(0, 0, 2), true).item<double>(), 0.0);
+}
+
+TEST(SharedPool, GradientIsSumOfPerLayerContributions) {
+  torch::manual_seed(5);
+  const int64_t d = 6, E = 5;
+  auto r1 = norm_router(d, E, 2), r2 = norm_router(d, E, 2);
+  ExpertBank shared(E, d, 7);
+  shared.to(torch::kFloat64);
+  ExpertBank copy1(E, d, 7), copy2(E, d, 7);
+  copy1.to(torch::kFloat64), copy2.to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    for (auto* b : {&copy1, &copy2}) b->gate_up_proj.copy_(shared.gate_up_proj), b->down_proj.copy_(shared.down_proj);
+  }
+  auto x = torch::randn({11, d}, torch::kFloat64);
+  auto two_layers = [&](ExpertBank& a, ExpertBank& b) {
+    auto h = x + dispatch(x, r1->forward(x).assignment, a).output;
+    auto y = h + dispatch(h, r2->forward(h).assignment, b).output;
+    (y * y.detach().cos()).sum().backward();
+  };
+  two_layers(shared, shared);
+  two_layers(copy1, copy2);
+  EXPECT_TRUE(torch::allclose(shared.gate_up_proj.grad(), copy1.gate_up_proj.grad() + copy2.gate_up_proj.grad(), 1e-10, 1e-12));
+  EXPECT_TRUE(torch::allclose(shared.down_proj.grad(), copy1.down_proj.grad() + copy2.down_proj.grad(), 1e-10, 1e-12));
+  EXPECT_GT(copy2.down_proj.grad().abs().sum().item<double>(), 0);
+}
+
+TEST(SharedPool, OneGroupPerLayerIsVanillaMoE) {
+  auto vanilla = pool_model(0), pooled = pool_model(4);
+  TransformerLM a(vanilla), b(pooled);
+  a->init_weights(9), b->init_weights(9);
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (auto& p : pa) {
+    ASSERT_TRUE(pb.contains(p.key())) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+  }
+  auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
+  EXPECT_TRUE(torch::equal(a->forward(tokens), b->forward(tokens)));
+  EXPECT_EQ(a->param_counts().active, b->param_counts().active);
+  EXPECT_EQ(a->param_counts().expert_stored, b->param_counts().expert_stored);
+}
+
+TEST(SharedPool, OnePoolStoredOncePerGroup) {
+  auto c = pool_model(2, 12);  // 4 MoE layers, 2 groups of 2 layers, 6 experts each
+  c.moe.router = "norm_topk", c.moe.pool_aux_loss_coef = 0.01;
+  TransformerLM m(c);
+  m->init_weights(3);
+  auto names = m->named_parameters();
+  EXPECT_TRUE(names.contains("model.layers.0.mlp.experts.gate_up_proj"));
+  EXPECT_FALSE(names.contains("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_TRUE(names.contains("model.layers.2.mlp.experts.gate_up_proj"));
+  EXPECT_TRUE(names.contains("model.layers.3.mlp.gate.norm_scale"));
+  EXPECT_EQ(names["model.layers.3.mlp.gate.norm_scale"].item<double>(), 1.0);
+  EXPECT_EQ(names["model.layers.3.mlp.gate.weight"].sizes(), (std::vector<int64_t>{6, 16}));
+  EXPECT_TRUE(m->named_buffers().contains("model.layers.2.mlp.pool_balance.fraction"));
+  auto layers = moe_layers(m->feed_forwards());
+  EXPECT_EQ(layers[0]->experts.get(), layers[1]->experts.get());
+  EXPECT_NE(layers[1]->experts.get(), layers[2]->experts.get());
+  auto counts = m->param_counts();
+  const int64_t per_expert = 3 * 16 * 8;
+  EXPECT_EQ(counts.expert_stored, 12 * per_expert);
+  EXPECT_EQ(counts.expert_vanilla, 16 * per_expert);
+  EXPECT_EQ(counts.router, 4 * (6 * 16 + 1));
+  EXPECT_EQ(counts.total - counts.active, 12 * per_expert - 4 * per_expert);  // 4 layers use 1 expert each
+  // the pool loss appears from the second training micro-batch on
+  m->train();
+  auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
+  auto count_pool_terms = [&] {
+    AuxLosses aux;
+    m->forward(tokens, aux);
+    int n = 0;
+    for (auto& t : aux.terms) n += t.first.find("pool_aux") != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(count_pool_terms(), 0);
+  EXPECT_EQ(count_pool_terms(), 4);
+}
+
+TEST(SharedPool, ConfigValidationNamesTheKey) {
+  Config c;
+  c.model.ffn = "moe", c.model.n_layers = 4, c.model.moe.pool_groups = 3;
+  try {
+    validate(c);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.moe.pool_groups"), std::string::npos);
+  }
+  c.model.moe.pool_groups = 0, c.model.moe.pool_aux_loss_coef = 0.01;
+  EXPECT_THROW(validate(c), ConfigError);
+}
