@@ -19,6 +19,18 @@ struct ChartOptions {
 
 std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& opt);
 
+// Rows x columns of values in [0, vmax], white -> dark blue, with a colour bar.
+struct HeatmapOptions {
+  std::string title, x_label, y_label, value_label;
+  std::vector<std::string> row_labels;
+  double vmax = 0;  // 0 = the largest value
+};
+std::string heatmap_svg(const std::vector<std::vector<double>>& values, const HeatmapOptions& opt);
+
+// One bar per value (zero bars marked red below the axis); `groups` > 1 draws separators
+// every values.size() / groups bars.
+std::string bar_chart_svg(const std::vector<double>& values, const ChartOptions& opt, int64_t groups = 1);
+
 // Reads RUN_DIR/metrics.jsonl and writes RUN_DIR/loss.svg (train loss + per-domain
 // validation loss against step). Returns the written path.
 std::string plot_run_losses(const std::string& run_dir);

@@ -17,22 +17,6 @@
 namespace mf::cli {
 namespace {
 
-struct Loaded {
-  Config cfg;
-  TransformerLM model{nullptr};
-  std::string tokenizer;
-};
-
-Loaded load_model(const std::string& path) {
-  Loaded l;
-  l.cfg = checkpoint_config(path);
-  auto ck = read_checkpoint(path);
-  l.model = TransformerLM(l.cfg.model);
-  load_model_tensors(*l.model, ck.model);
-  l.tokenizer = ck.tokenizer_path();
-  return l;
-}
-
 std::vector<int64_t> parse_ids(const std::string& s) {
   std::vector<int64_t> ids;
   std::stringstream ss(s);
@@ -120,9 +104,14 @@ void register_model_commands(CLI::App& app) {
                         {"n_kv_heads", m.n_kv_heads}, {"ffn", m.ffn}, {"ffn_hidden", m.ffn_hidden},
                         {"max_seq_len", m.max_seq_len}, {"parameters", c.total}, {"parameters_embedding", c.embedding},
                         {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.active}};
-    if (m.ffn == "moe")
+    if (m.ffn == "moe") {
       j["moe"] = {{"layers", m.moe.layers}, {"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k},
-                  {"expert_hidden", m.moe.expert_hidden}, {"router", m.moe.router}, {"n_shared", m.moe.n_shared}};
+                  {"expert_hidden", m.moe.expert_hidden}, {"router", m.moe.router}, {"n_shared", m.moe.n_shared},
+                  {"pool_groups", m.moe.pool_groups}, {"experts_per_router", routed_experts(m)},
+                  {"expert_parameters_stored", c.expert_stored}, {"router_parameters", c.router},
+                  {"expert_parameters_vanilla", c.expert_vanilla},
+                  {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};
+    }
     if (as_json) {
       std::cout << j.dump(2) << "\n";
       return;

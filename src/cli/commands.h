@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "model/transformer.h"
 
 namespace mf::cli {
 
@@ -12,6 +13,16 @@ void register_data_commands(CLI::App& app);   // data prepare, doctor
 void register_train_commands(CLI::App& app);  // train, plot, config
 void register_model_commands(CLI::App& app);  // eval, generate, info
 void register_bench_commands(CLI::App& app);  // bench moe
+void register_analysis_commands(CLI::App& app);  // usage, probe
+void register_repro_commands(CLI::App& app);     // repro unipool
+
+struct LoadedModel {
+  Config cfg;
+  TransformerLM model{nullptr};
+  std::string tokenizer;
+};
+// A checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
+LoadedModel load_model(const std::string& path);
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);

@@ -13,7 +13,8 @@ PoolBalanceImpl::PoolBalanceImpl(int64_t pool_size, int64_t num_layers, double a
 
 at::Tensor PoolBalanceImpl::layer_loss(const at::Tensor& scores, const at::Tensor& unit, bool record) {
   at::Tensor loss;
-  if (ready()) loss = pool_aux_loss(fraction.to(scores.dtype()), scores.mean(0), alpha_);
+  // a copy: the last layer of the pool refreshes `fraction` in place before backward runs
+  if (ready()) loss = pool_aux_loss(fraction.to(scores.dtype(), /*non_blocking=*/false, /*copy=*/true), scores.mean(0), alpha_);
   if (record) {
     torch::NoGradGuard g;
     const double pairs = static_cast<double>(std::max<int64_t>(1, unit.numel()));

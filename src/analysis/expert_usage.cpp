@@ -1,0 +1,110 @@
+#include "analysis/expert_usage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "analysis/svg_plot.h"
+#include "core/util.h"
+#include "model/moe_ffn.h"
+
+namespace mf {
+namespace {
+
+// usage per stored expert: pools summed over their layers, private experts row by row
+std::vector<int64_t> stored_usage(const ExpertUsage& u) {
+  std::vector<int64_t> out;
+  int64_t seen_group = -2;
+  for (size_t r = 0; r < u.counts.size(); ++r) {
+    if (u.group[r] < 0 || u.group[r] != seen_group) {
+      out.insert(out.end(), u.counts[r].begin(), u.counts[r].end());
+      seen_group = u.group[r];
+    } else {
+      auto base = out.end() - static_cast<std::ptrdiff_t>(u.counts[r].size());
+      for (size_t e = 0; e < u.counts[r].size(); ++e) base[static_cast<std::ptrdiff_t>(e)] += u.counts[r][e];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t ExpertUsage::globally_dead() const {
+  auto s = stored_usage(*this);
+  return std::count(s.begin(), s.end(), int64_t{0});
+}
+
+int64_t ExpertUsage::stored_experts() const { return static_cast<int64_t>(stored_usage(*this).size()); }
+
+std::vector<int64_t> ExpertUsage::most_used(size_t r, int64_t n) const {
+  std::vector<int64_t> idx(counts[r].size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return counts[r][a] > counts[r][b]; });
+  idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(n)));
+  return idx;
+}
+
+nlohmann::json ExpertUsage::to_json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t r = 0; r < counts.size(); ++r)
+    rows.push_back({{"layer", layers[r]}, {"group", group[r]}, {"counts", counts[r]}});
+  nlohmann::json j = {{"rows", rows}, {"stored_experts", stored_experts()}, {"globally_dead", globally_dead()},
+                      {"stored_usage", stored_usage(*this)}};
+  for (auto& d : loss) j["loss"][d.domain] = d.loss;
+  j["loss_mean"] = mean_loss(loss);
+  return j;
+}
+
+ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
+                                 int64_t seq_len, int64_t windows) {
+  ExpertUsage u;
+  auto moe = moe_layers(model->feed_forwards());
+  std::vector<std::shared_ptr<ExpertPool>> pools = model->model->pools;
+  for (auto& m : moe) {
+    u.layers.push_back(m->layer);
+    int64_t g = -1;
+    for (size_t i = 0; i < pools.size(); ++i)
+      if (pools[i] == m->pool()) g = static_cast<int64_t>(i);
+    u.group.push_back(g);
+    u.counts.emplace_back(m->experts->num_units(), 0);
+  }
+  u.loss = evaluate_domains(model, corpus, split, seq_len, windows, 16, [&] {
+    for (size_t r = 0; r < moe.size(); ++r) {
+      const auto& load = moe[r]->last_stats().load;
+      for (size_t e = 0; e < load.size(); ++e) u.counts[r][e] += load[e];
+    }
+  });
+  return u;
+}
+
+std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::string& prefix, const std::string& title) {
+  std::vector<std::vector<double>> share;
+  HeatmapOptions h;
+  const bool pooled = !u.group.empty() && u.group[0] >= 0;
+  for (size_t r = 0; r < u.counts.size(); ++r) {
+    const double total = std::max<double>(1, std::accumulate(u.counts[r].begin(), u.counts[r].end(), 0.0));
+    share.emplace_back();
+    for (auto c : u.counts[r]) share.back().push_back(static_cast<double>(c) / total);
+    h.row_labels.push_back(pooled && u.group.back() > 0 ? fmt::format("L{} g{}", u.layers[r], u.group[r])
+                                                        : fmt::format("layer {}", u.layers[r]));
+  }
+  h.title = title + " — expert usage per layer";
+  h.x_label = pooled ? "pool expert" : "expert (each layer's own)";
+  h.y_label = "MoE layer", h.value_label = "share of the layer's routed pairs";
+  std::vector<std::string> paths = {prefix + "_heatmap.svg", prefix + "_hist.svg", prefix + ".json"};
+  write_file_atomic(paths[0], heatmap_svg(share, h));
+  std::vector<double> stored;
+  auto s = stored_usage(u);
+  const double total = std::max<double>(1, std::accumulate(s.begin(), s.end(), 0.0));
+  for (auto v : s) stored.push_back(static_cast<double>(v) / total);
+  ChartOptions c{fmt::format("{} — usage per stored expert ({} of {} never used)", title, u.globally_dead(), s.size()),
+                 pooled ? "pool expert" : "expert (grouped by layer)", "share of all routed pairs"};
+  const auto groups = pooled ? static_cast<int64_t>(*std::max_element(u.group.begin(), u.group.end()) + 1)
+                             : static_cast<int64_t>(u.counts.size());
+  write_file_atomic(paths[1], bar_chart_svg(stored, c, groups));
+  write_file_atomic(paths[2], u.to_json().dump(1) + "\n");
+  return paths;
+}
+
+}  // namespace mf

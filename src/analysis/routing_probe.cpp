@@ -1,0 +1,73 @@
+#include "analysis/routing_probe.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <numeric>
+
+#include "analysis/expert_usage.h"
+#include "model/moe_ffn.h"
+#include "train/evaluate.h"
+
+namespace mf {
+
+ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, const ProbeOptions& opt) {
+  auto moe = moe_layers(model->feed_forwards());
+  if (moe.empty()) throw std::invalid_argument("routing probe: the model has no MoE layers");
+  std::vector<int64_t> layers = opt.layers;
+  if (layers.empty())
+    for (size_t i = moe.size() / 2; i < moe.size(); ++i) layers.push_back(moe[i]->layer);
+  const auto usage = measure_expert_usage(model, corpus, opt.usage_split, opt.seq_len, opt.windows);
+  auto eval = [&] { return mean_loss(evaluate_domains(model, corpus, opt.eval_split, opt.seq_len, opt.windows, 16)); };
+  ProbeReport rep;
+  rep.base_loss = eval();
+  const int64_t E = model->config().moe.num_experts;
+  for (auto layer : layers) {
+    auto it = std::find_if(moe.begin(), moe.end(), [&](auto& m) { return m->layer == layer; });
+    if (it == moe.end()) throw std::invalid_argument(fmt::format("routing probe: block {} is not an MoE layer", layer));
+    auto& m = **it;
+    const size_t row = static_cast<size_t>(it - moe.begin());
+    const bool pooled = m.pool() != nullptr && m.pool()->layers.size() > 1;
+    auto modes = opt.modes;
+    if (modes.empty()) modes = pooled ? std::vector<std::string>{"pool", "matched"} : std::vector<std::string>{"own"};
+    for (auto& mode : modes) {
+      MoEFeedForward::RandomRouting rr;
+      rr.seed = opt.seed;
+      if (mode == "matched") {
+        rr.candidates = usage.most_used(row, E);
+      } else if (mode == "own" || mode == "pool") {
+        if ((mode == "own") == pooled)
+          throw std::invalid_argument(fmt::format("routing probe: mode '{}' needs {} experts (block {})", mode,
+                                                  mode == "own" ? "private" : "shared-pool", layer));
+        rr.candidates.resize(m.experts->num_units());
+        std::iota(rr.candidates.begin(), rr.candidates.end(), 0);
+      } else {
+        throw std::invalid_argument("routing probe: unknown mode '" + mode + "' (own, pool, matched)");
+      }
+      m.random_routing = rr;
+      const double loss = eval();
+      m.random_routing.reset();
+      rep.rows.push_back({layer, mode, loss, loss - rep.base_loss});
+      spdlog::info("probe block {} {}: loss {:.4f} ({:+.4f})", layer, mode, loss, loss - rep.base_loss);
+    }
+  }
+  std::map<std::string, int> n;
+  for (auto& r : rep.rows) rep.mean_delta[r.mode] += r.delta, ++n[r.mode];
+  for (auto& [mode, v] : rep.mean_delta) v /= n[mode];
+  return rep;
+}
+
+nlohmann::json ProbeReport::to_json() const {
+  nlohmann::json j = {{"base_loss", base_loss}, {"mean_delta", mean_delta}, {"rows", nlohmann::json::array()}};
+  for (auto& r : rows) j["rows"].push_back({{"layer", r.layer}, {"mode", r.mode}, {"loss", r.loss}, {"delta", r.delta}});
+  return j;
+}
+
+std::string ProbeReport::markdown() const {
+  std::string s = fmt::format("unmodified loss: {:.4f}\n\n| block | mode | loss | increase |\n|---|---|---|---|\n", base_loss);
+  for (auto& r : rows) s += fmt::format("| {} | {} | {:.4f} | {:+.4f} |\n", r.layer, r.mode, r.loss, r.delta);
+  for (auto& [mode, v] : mean_delta) s += fmt::format("| mean | {} | | {:+.4f} |\n", mode, v);
+  return s;
+}
+
+}  // namespace mf
