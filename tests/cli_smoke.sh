@@ -4,6 +4,7 @@
 set -euo pipefail
 MF=${MOEFORGE:?set MOEFORGE to the binary}
 W=${1:?work directory}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$W" && mkdir -p "$W" && cd "$W"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_ok() {  # expect_ok PATTERN -- command...  (no pipes: grep -q + pipefail races on SIGPIPE)
@@ -49,7 +50,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -112,4 +113,29 @@ for r in moe moe_half; do
   "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
 done
 cmp moe.logits moe_half.logits || fail "resumed MoE model differs from the straight run"
+# UniPool: one shared pool + NormRouter + pool aux; accounting, usage pictures, probe, exact resume
+POOL=(--set model.ffn=moe --set model.moe.num_experts=3 --set model.moe.top_k=1 --set model.moe.expert_hidden=16
+      --set model.moe.pool_groups=1 --set model.moe.router=norm_topk --set model.moe.aux_loss_coef=0
+      --set model.moe.pool_aux_loss_coef=0.01)
+"$MF" train tiny.toml "${POOL[@]}" --set run.name=pool > /dev/null 2>&1 || fail "pool train"
+grep -q '"pool_aux"' runs/pool/metrics.jsonl || fail "no pool aux loss in metrics"
+grep -q '"norm_scale"' runs/pool/metrics.jsonl || fail "no NormRouter scale in metrics"
+expect_ok '"expert_budget_fraction": 1.0' -- "$MF" info runs/pool --json
+expect_ok "model.layers.0.mlp.pool_balance.fraction" -- "$MF" info runs/pool
+expect_ok "globally dead" -- "$MF" usage runs/pool --windows 2 --out pool_usage
+grep -q "<rect" pool_usage_heatmap.svg && grep -q "<rect" pool_usage_hist.svg || fail "usage pictures"
+expect_ok "| mean | matched |" -- "$MF" probe runs/pool --windows 2 --json probe.json
+grep -q '"mean_delta"' probe.json || fail "probe json"
+expect_fail 1 "needs private experts" -- "$MF" probe runs/pool --windows 2 --mode own
+"$MF" train tiny.toml "${POOL[@]}" --set run.name=pool_half --stop-after 3 > /dev/null 2>&1 || fail "pool stop-after"
+"$MF" train --resume runs/pool_half > /dev/null 2>&1 || fail "pool resume"
+for r in pool pool_half; do
+  "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
+done
+cmp pool.logits pool_half.logits || fail "resumed UniPool model differs from the straight run"
+expect_fail 2 "model.moe.pool_groups" -- "$MF" train tiny.toml "${POOL[@]}" --set model.moe.pool_groups=2 --set model.n_layers=3
+"$MF" repro unipool --quick --no-probe --config "$SRC/configs/repro/unipool.toml" --out repro \
+  --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
+  --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro.txt 2>&1 || { cat repro.txt; fail "repro --quick"; }
+grep -q "full UniPool" repro/results.md && [ -s repro/unipool_heatmap.svg ] || fail "repro results"
 echo "cli smoke: all checks passed"

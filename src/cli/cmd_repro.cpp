@@ -114,8 +114,8 @@ void register_repro_commands(CLI::App& app) {
     const auto variants = unipool_variants(L, E, g2);
     std::map<std::string, Outcome> res;
     std::map<std::string, std::string> first_run;
-    for (auto& v : variants) {
-      for (int64_t s = 0; s < seeds; ++s) {
+    for (int64_t s = 0; s < seeds; ++s) {  // seed-major: a stopped repro has whole seeds
+      for (auto& v : variants) {
         Config cfg = base;
         for (auto& set : v.sets) apply_override(cfg, set);
         apply_override(cfg, fmt::format("train.seed={}", 1000 + s));
