@@ -91,7 +91,7 @@ std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::s
   }
   h.title = title + " — expert usage per layer";
   h.x_label = pooled ? "pool expert" : "expert (each layer's own)";
-  h.y_label = "MoE layer", h.value_label = "share of the layer's routed pairs";
+  h.y_label = "MoE layer", h.value_label = "share of row";
   std::vector<std::string> paths = {prefix + "_heatmap.svg", prefix + "_hist.svg", prefix + ".json"};
   write_file_atomic(paths[0], heatmap_svg(share, h));
   std::vector<double> stored;

@@ -102,7 +102,7 @@ std::string heatmap_svg(const std::vector<std::vector<double>>& values, const He
   if (vmax <= 0) vmax = 1;
   const double L = 70, T = 36, B = 48, cell_h = std::clamp(360.0 / std::max<size_t>(1, rows), 8.0, 28.0);
   const double pw = std::clamp(8.0 * static_cast<double>(cols), 240.0, 900.0), cell_w = pw / std::max<size_t>(1, cols);
-  const double ph = cell_h * static_cast<double>(rows), W = L + pw + 110, H = T + ph + B;
+  const double ph = cell_h * static_cast<double>(rows), W = L + pw + 120, H = T + ph + B;
   std::string svg = svg_header(static_cast<int>(W), static_cast<int>(H), L + pw / 2, opt.title);
   for (size_t r = 0; r < rows; ++r) {
     for (size_t c = 0; c < cols; ++c)
@@ -125,8 +125,7 @@ std::string heatmap_svg(const std::vector<std::vector<double>>& values, const He
                        T + ph * (49 - i) / 50.0, ph / 50.0 + 0.05, blue(i / 49.0));
   svg += fmt::format("\n<text x=\"{}\" y=\"{}\">{:.3g}</text><text x=\"{}\" y=\"{}\">0</text>", L + pw + 38, T + 10, vmax,
                      L + pw + 38, T + ph);
-  svg += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", L + pw + 80,
-                     T + ph / 2, escape(opt.value_label));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", L + pw + 14, T - 6, escape(opt.value_label));
   return svg + "</svg>\n";
 }
 

@@ -164,13 +164,13 @@ void register_repro_commands(CLI::App& app) {
         {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
     if (g2) dirs.push_back({"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
     std::string md = fmt::format(
-        "# UniPool ablation in miniature\n\nProduced by `moeforge repro unipool --seeds {}{}` (base `{}`; {} MoE layers, "
+        "# UniPool ablation in miniature\n\nProduced by `moeforge repro unipool --seeds {}{}{}` (base `{}`; {} MoE layers, "
         "d = {}, top-{} of {} experts per layer, expert width {}, {} steps x {} tokens). Validation loss is the mean "
         "over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to on the "
         "validation windows (seed 0). Total runtime {:.1f} min on {} threads.\n\n"
         "| variant | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
         "|---|---|---|---|---|---|---|\n",
-        seeds, g2 ? " --g2" : "", config, L, base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden,
+        seeds, g2 ? " --g2" : "", quick ? " --quick" : "", config, L, base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden,
         base.train.steps, base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads);
     nlohmann::json js = {{"minutes", minutes}, {"seeds", seeds}, {"variants", nlohmann::json::object()}};
     for (auto& v : variants) {

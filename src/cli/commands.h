@@ -15,6 +15,7 @@ void register_model_commands(CLI::App& app);  // eval, generate, info
 void register_bench_commands(CLI::App& app);  // bench moe
 void register_analysis_commands(CLI::App& app);  // usage, probe
 void register_repro_commands(CLI::App& app);     // repro unipool
+void register_latent_commands(CLI::App& app);    // shape, id, jacobian
 
 struct LoadedModel {
   Config cfg;

@@ -206,6 +206,51 @@ int64_t routed_experts(const ModelConfig& m) {
   return total / m.moe.pool_groups;
 }
 
+std::vector<MoELayerShape> parse_latent_shapes(const std::string& spec) {
+  std::vector<MoELayerShape> out;
+  std::stringstream ss(spec);
+  for (std::string entry; std::getline(ss, entry, ';');) {
+    if (entry.find_first_not_of(" \t") == std::string::npos) continue;
+    std::vector<int64_t> v;
+    std::stringstream es(entry);
+    try {
+      for (std::string item; std::getline(es, item, ',');) {
+        size_t used = 0;
+        v.push_back(std::stoll(item, &used));
+        if (item.find_first_not_of(" \t", used) != std::string::npos) throw std::invalid_argument(item);
+      }
+    } catch (const std::exception&) {
+      v.clear();
+    }
+    if (v.size() != 5 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[3] > v[2] || v[4] < 0)
+      throw ConfigError(fmt::format("model.moe.latent: entry \"{}\" must be l,m,N,K,ms with positive l, m, N, "
+                                    "1 <= K <= N and ms >= 0", entry));
+    out.push_back({v[0], v[1], v[2], v[3], v[4]});
+  }
+  return out;
+}
+
+std::string format_latent_shapes(const std::vector<MoELayerShape>& shapes) {
+  std::string s;
+  for (auto& x : shapes)
+    s += fmt::format("{}{},{},{},{},{}", s.empty() ? "" : "; ", x.latent, x.expert_hidden, x.num_experts, x.top_k,
+                     x.shared_hidden);
+  return s;
+}
+
+MoELayerShape moe_layer_shape(const ModelConfig& m, int64_t layer) {
+  const auto& p = m.moe;
+  if (p.latent.empty()) return {0, p.expert_hidden, routed_experts(m), p.top_k, p.n_shared * p.expert_hidden};
+  auto shapes = parse_latent_shapes(p.latent);
+  const int64_t n_moe = num_moe_layers(m);
+  if (shapes.size() != 1 && static_cast<int64_t>(shapes.size()) != n_moe)
+    throw ConfigError(fmt::format("model.moe.latent has {} entries; give 1 (all MoE layers) or {} (one per MoE layer)",
+                                  shapes.size(), n_moe));
+  int64_t index = 0;
+  for (int64_t i = 0; i < layer; ++i) index += is_moe_layer(m, i);
+  return shapes.size() == 1 ? shapes[0] : shapes[static_cast<size_t>(index)];
+}
+
 static void validate_pool(const ModelConfig& m) {
   const auto& p = m.moe;
   const int64_t n_moe = num_moe_layers(m);
@@ -229,8 +274,13 @@ void validate(const Config& c) {
   if (m.ffn == "moe") {
     for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
     validate_pool(m);
+    if (!m.moe.latent.empty()) {
+      if (m.moe.pool_groups > 0) throw ConfigError("model.moe.latent cannot be combined with model.moe.pool_groups");
+      for (int64_t i = 0; i < m.n_layers; ++i)
+        if (is_moe_layer(m, i)) moe_layer_shape(m, i);
+    }
     const int64_t E = routed_experts(m);
-    if (m.moe.top_k > E)
+    if (m.moe.latent.empty() && m.moe.top_k > E)
       throw ConfigError(fmt::format("model.moe.top_k ({}) exceeds the experts a router chooses among ({}; "
                                     "model.moe.num_experts or pool_size / pool_groups)", m.moe.top_k, E));
   }

@@ -34,6 +34,16 @@ struct MoeConfig {
   int64_t pool_groups = 0;
   int64_t pool_size = 0;            // total pool experts M (0 = num_experts x MoE layers, the vanilla budget)
   double pool_aux_loss_coef = 0.0;  // pool-level balance loss alpha_pool (one step behind)
+  // LatentMoE (../shared/specs/latentmoe.md): per MoE layer "l,m,N,K,ms" separated by ';'
+  // (one entry = every MoE layer). Routed experts work in an l-wide latent space.
+  std::string latent;
+};
+
+// The resolved shape of one MoE layer.
+struct MoELayerShape {
+  int64_t latent = 0;  // l; 0 = experts work on the full width d
+  int64_t expert_hidden = 0, num_experts = 0, top_k = 0;
+  int64_t shared_hidden = 0;  // width of the full-width shared SwiGLU expert (0 = none)
 };
 
 struct ModelConfig {
@@ -57,6 +67,10 @@ bool is_moe_layer(const ModelConfig& m, int64_t layer);
 int64_t num_moe_layers(const ModelConfig& m);
 // Experts a router of this model chooses among: num_experts, or the group's pool size.
 int64_t routed_experts(const ModelConfig& m);
+// Shape of MoE block `layer` (model.moe.* or its model.moe.latent entry); throws ConfigError.
+MoELayerShape moe_layer_shape(const ModelConfig& m, int64_t layer);
+std::vector<MoELayerShape> parse_latent_shapes(const std::string& spec);  // "l,m,N,K,ms;..."
+std::string format_latent_shapes(const std::vector<MoELayerShape>& shapes);
 
 struct DataConfig {
   std::string dir = "data";

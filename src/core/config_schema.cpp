@@ -88,6 +88,10 @@ std::vector<KeySpec> build_schema() {
                       "expert pool (0 = per-layer experts; G = number of MoE layers is vanilla MoE)", 0, 4096),
       nested<int64_t>("model.moe.pool_size", MOE_REF(pool_size),
                       "total pool experts M over all groups (0 = num_experts x MoE layers, the vanilla budget)", 0, 1 << 20),
+      nested<std::string>("model.moe.latent", MOE_REF(latent),
+                          "LatentMoE shapes \"l,m,N,K,ms\" per MoE layer, ';'-separated (one entry = all layers): latent "
+                          "width l, expert width m, experts N, top-k K, shared full-width expert width ms; overrides "
+                          "num_experts/top_k/expert_hidden/n_shared (\"\" = off)"),
       nested<double>("model.moe.pool_aux_loss_coef", MOE_REF(pool_aux_loss_coef),
                      "UniPool pool-level balance loss alpha_pool (one step behind; 1e-2 in the paper; 0 = off)", 0, 100),
 

@@ -5,10 +5,10 @@
 
 namespace mf {
 
-static RouterOptions router_options(const ModelConfig& c) {
+static RouterOptions router_options(const ModelConfig& c, const MoELayerShape& shape) {
   const auto& m = c.moe;
   RouterOptions o;
-  o.kind = m.router, o.num_experts = routed_experts(c), o.top_k = m.top_k;
+  o.kind = m.router, o.num_experts = shape.num_experts, o.top_k = shape.top_k;
   o.renormalize = m.router == "norm_topk" ? m.norm_renormalize : m.renormalize;
   o.top_p = m.top_p, o.aux_loss_coef = m.aux_loss_coef, o.z_loss_coef = m.z_loss_coef, o.bias_update = m.bias_update;
   o.seq_aux_loss_coef = m.seq_aux_loss_coef, o.norm_eps = m.norm_eps;
@@ -36,9 +36,16 @@ std::vector<std::shared_ptr<ExpertPool>> make_expert_pools(const ModelConfig& c)
 MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, std::shared_ptr<ExpertPool> pool)
     : layer(layer_), pool_(std::move(pool)) {
   const auto& m = c.moe;
-  gate = register_module("gate", Router(c.d_model, router_options(c)));
+  shape_ = moe_layer_shape(c, layer);
+  gate = register_module("gate", Router(c.d_model, router_options(c, shape_)));
+  const int64_t width = shape_.latent > 0 ? shape_.latent : c.d_model;  // where the routed experts work
+  if (shape_.latent > 0) {
+    using torch::nn::LinearOptions;
+    latent_down = register_module("latent_down", torch::nn::Linear(LinearOptions(c.d_model, width).bias(false)));
+    latent_up = register_module("latent_up", torch::nn::Linear(LinearOptions(width, c.d_model).bias(false)));
+  }
   if (!pool_) {
-    experts = register_module("experts", std::make_shared<ExpertBank>(m.num_experts, c.d_model, m.expert_hidden,
+    experts = register_module("experts", std::make_shared<ExpertBank>(shape_.num_experts, width, shape_.expert_hidden,
                                                                          m.activation, m.expert_bias));
   } else {
     experts = pool_->bank;
@@ -47,9 +54,8 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, std::shared
       if (pool_->balance) register_module("pool_balance", pool_->balance);
     }
   }
-  if (m.n_shared > 0)
-    shared_experts = register_module("shared_experts",
-                                     std::make_shared<ExpertBank>(1, c.d_model, m.n_shared * m.expert_hidden, "swiglu"));
+  if (shape_.shared_hidden > 0)
+    shared_experts = register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden, "swiglu"));
   dispatch_.capacity_factor = m.capacity_factor;
   loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
   pending_load_.assign(experts->num_units(), 0);
@@ -79,8 +85,11 @@ torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
     if (auto l = pool_->balance->layer_loss(routed.scores, a.unit, record); l.defined())
       routed.losses.emplace_back("pool_aux", l);
   }
-  auto result = dispatch(flat, a, *experts, dispatch_);
-  auto y = result.output;
+  // LatentMoE: route on x, dispatch and combine in the latent space, project back up
+  auto units_in = latent_down ? latent_down->forward(flat) : flat;
+  if (dispatch_hook) dispatch_hook(units_in, a);
+  auto result = dispatch(units_in, a, *experts, dispatch_);
+  auto y = latent_up ? latent_up->forward(result.output) : result.output;
   if (shared_experts) y = y + shared_experts->forward_unit(0, flat);
   for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
   {

@@ -4,6 +4,9 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <torch/nn/modules/linear.h>
+
+#include <functional>
 #include <optional>
 
 #include "model/layers.h"
@@ -31,7 +34,7 @@ class MoEFeedForward : public FeedForward {
   MoEFeedForward(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool = nullptr);
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   std::vector<std::string> output_projection_names() const override {
-    return {"experts.down_proj", "shared_experts.down_proj"};
+    return {"experts.down_proj", "shared_experts.down_proj", "latent_up.weight"};
   }
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
@@ -47,8 +50,13 @@ class MoEFeedForward : public FeedForward {
   };
   std::optional<RandomRouting> random_routing;
 
+  const MoELayerShape& shape() const { return shape_; }
+  // Sees what the routed experts get (latent rows for LatentMoE) and the assignment (diagnostics).
+  std::function<void(const at::Tensor& units_input, const Assignment&)> dispatch_hook;
+
   Router gate{nullptr};
   std::shared_ptr<ExpertBank> experts, shared_experts;
+  torch::nn::Linear latent_down{nullptr}, latent_up{nullptr};  // LatentMoE W_down [l, d], W_up [d, l]
   int64_t layer;
 
  private:
@@ -57,6 +65,7 @@ class MoEFeedForward : public FeedForward {
   RoutingStats last_;
   std::vector<int64_t> pending_load_;
   std::shared_ptr<ExpertPool> pool_;
+  MoELayerShape shape_;
   int64_t probe_calls_ = 0;
 };
 

@@ -45,11 +45,14 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
 }
 
-torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches) {
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
+                                         std::vector<torch::Tensor>* block_outputs) {
   if (caches && caches->empty()) caches->resize(model->blocks.size());
   auto x = model->embed_tokens->forward(tokens);
-  for (size_t i = 0; i < model->blocks.size(); ++i)
+  for (size_t i = 0; i < model->blocks.size(); ++i) {
     x = model->blocks[i]->forward(x, rope_, caches ? &(*caches)[i] : nullptr, aux);
+    if (block_outputs) block_outputs->push_back(x);
+  }
   return lm_head->forward(model->norm->forward(x));
 }
 
@@ -106,7 +109,7 @@ ParamCounts TransformerLMImpl::param_counts() const {
       c.expert_stored += bank_params, c.active -= bank_params;
     }
     c.active += m->gate->options().top_k * per_expert;
-    c.expert_vanilla += cfg_.moe.num_experts * per_expert;
+    c.expert_vanilla += (m->pool() ? cfg_.moe.num_experts : bank.num_units()) * per_expert;
     for (auto& p : m->gate->parameters()) c.router += p.numel();
   }
   return c;

@@ -42,7 +42,9 @@ class TransformerLMImpl : public torch::nn::Module {
  public:
   explicit TransformerLMImpl(const ModelConfig& c);
   // tokens [B, T] int64 -> logits [B, T, V]. With caches, positions continue after them.
-  torch::Tensor forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr);
+  // `block_outputs` receives the residual stream after every block (intrinsic-dimension probes).
+  torch::Tensor forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr,
+                        std::vector<torch::Tensor>* block_outputs = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
   // normal(0, init_std) everywhere, ones for norms, output projections scaled by
   // 1/sqrt(2 n_layers) when model.scale_out_init; deterministic in `seed`.
