@@ -50,7 +50,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -138,4 +138,20 @@ expect_fail 2 "model.moe.pool_groups" -- "$MF" train tiny.toml "${POOL[@]}" --se
   --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro.txt 2>&1 || { cat repro.txt; fail "repro --quick"; }
 grep -q "full UniPool" repro/results.md && [ -s repro/unipool_heatmap.svg ] || fail "repro results"
+# LatentMoE: heterogeneous per-layer latent shapes, shape tools, ID profile + allocation, Jacobian rank
+LAT=(--set model.ffn=moe --set "model.moe.latent=16,8,4,2,24; 8,16,6,1,0")
+"$MF" train tiny.toml "${LAT[@]}" --set run.name=latent > /dev/null 2>&1 || fail "latent train"
+expect_ok "model.layers.1.mlp.latent_up.weight" -- "$MF" info runs/latent
+expect_ok '"expert_parameters_stored"' -- "$MF" info runs/latent --json
+expect_fail 2 "model.moe.latent" -- "$MF" train tiny.toml --set model.ffn=moe --set "model.moe.latent=16,8,4,2,24; 8,16,6,1,0; 8,8,2,1,0"
+expect_ok "deviation P +0.00% C +0.00% V +0.00%" -- "$MF" shape solve --d 256 --ref 128,128,64,4,256 --latent 64 --multiple 32
+expect_ok "l=128" -- "$MF" shape square --budget 16384 --multiple 32
+expect_ok "Q=" -- "$MF" shape cost --d 256 128,128,64,4,256
+expect_ok "block 1" -- "$MF" id runs/latent --collect 400 --keep 200 --out lat_id
+grep -q "<polyline" lat_id.svg && grep -q '"two_segment_split"' lat_id.json || fail "id outputs"
+expect_ok "rank/q" -- "$MF" jacobian runs/latent --samples 8
+"$MF" repro latent --quick --config "$SRC/configs/repro/latent.toml" --out repro_latent \
+  --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
+  --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro_latent.txt 2>&1 || { cat repro_latent.txt; fail "repro latent --quick"; }
+grep -q "two_segment" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
 echo "cli smoke: all checks passed"

@@ -14,6 +14,7 @@
 #include "analysis/expert_usage.h"
 #include "analysis/routing_probe.h"
 #include "cli/commands.h"
+#include "cli/repro_common.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "train/trainer.h"
@@ -47,43 +48,12 @@ std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool 
   return v;
 }
 
-struct Outcome {
-  std::vector<double> loss;  // per seed
-  int64_t dead = 0, stored_experts = 0, expert_params = 0, vanilla_params = 0;
-  double mean() const { return loss.empty() ? NAN : std::accumulate(loss.begin(), loss.end(), 0.0) / loss.size(); }
-  double std() const {
-    if (loss.size() < 2) return 0;
-    double m = mean(), s = 0;
-    for (double l : loss) s += (l - m) * (l - m);
-    return std::sqrt(s / static_cast<double>(loss.size() - 1));
-  }
-};
-
-// Trains (or reuses) one run and returns its directory.
-std::string run_variant(const Config& cfg) {
-  const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
-  if (fs::exists(dir / "summary.json")) {
-    auto s = nlohmann::json::parse(read_file((dir / "summary.json").string()));
-    if (s.value("finished", false) && read_file((dir / "config.toml").string()) == to_toml(cfg)) {
-      spdlog::info("{}: finished earlier, reusing", cfg.run.name);
-      return dir.string();
-    }
-  }
-  TrainOptions opt;
-  const bool resumable = fs::exists(dir / "config.toml") && read_file((dir / "config.toml").string()) == to_toml(cfg) &&
-                         !latest_checkpoint(dir.string()).empty();
-  if (resumable) opt.resume = dir.string();
-  else opt.overwrite = true;
-  return train(cfg, opt).run_dir;
-}
-
-std::string verdict(bool held) { return held ? "held" : "did not hold"; }
-
 }  // namespace
 
 void register_repro_commands(CLI::App& app) {
   auto* repro = app.add_subcommand("repro", "miniature reproductions of the papers' experiments");
   repro->require_subcommand(1);
+  register_repro_latent(repro);
   auto* up = repro->add_subcommand(
       "unipool", "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
                  "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");

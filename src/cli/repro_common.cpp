@@ -1,0 +1,38 @@
+#include "cli/repro_common.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "core/util.h"
+#include "io/checkpoint.h"
+#include "train/trainer.h"
+
+namespace mf::cli {
+
+double Outcome::std() const {
+  if (loss.size() < 2) return 0;
+  double m = mean(), s = 0;
+  for (double l : loss) s += (l - m) * (l - m);
+  return std::sqrt(s / static_cast<double>(loss.size() - 1));
+}
+
+std::string run_variant(const Config& cfg) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
+  const bool same_config = fs::exists(dir / "config.toml") && read_file((dir / "config.toml").string()) == to_toml(cfg);
+  if (same_config && fs::exists(dir / "summary.json")) {
+    auto s = nlohmann::json::parse(read_file((dir / "summary.json").string()));
+    if (s.value("finished", false)) {
+      spdlog::info("{}: finished earlier, reusing", cfg.run.name);
+      return dir.string();
+    }
+  }
+  TrainOptions opt;
+  if (same_config && !latest_checkpoint(dir.string()).empty()) opt.resume = dir.string();
+  else opt.overwrite = true;
+  return train(cfg, opt).run_dir;
+}
+
+}  // namespace mf::cli
