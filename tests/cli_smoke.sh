@@ -12,6 +12,15 @@ expect_ok() {  # expect_ok PATTERN -- command...  (no pipes: grep -q + pipefail 
   out=$("$@" 2>&1) || fail "command failed: $* -- $out"
   grep -q -- "$pattern" <<<"$out" || fail "expected '$pattern' in output of: $* -- $out"
 }
+expect_exact_resume() {  # expect_exact_resume NAME TRAIN-ARGS...: stop after 3 steps + resume == straight run
+  local name=$1; shift
+  "$MF" train tiny.toml "$@" --set run.name=${name}_half --stop-after 3 > /dev/null 2>&1 || fail "$name stop-after"
+  "$MF" train --resume runs/${name}_half > /dev/null 2>&1 || fail "$name resume"
+  for r in $name ${name}_half; do
+    "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
+  done
+  cmp $name.logits ${name}_half.logits || fail "resumed $name model differs from the straight run"
+}
 expect_fail() {  # expect_fail CODE PATTERN -- command...
   local code=$1 pattern=$2; shift 3
   set +e; out=$("$@" 2>&1); rc=$?; set -e
@@ -107,12 +116,7 @@ MOE=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 -
 grep -q '"moe":\[{' runs/moe/metrics.jsonl || fail "no per-layer MoE metrics"
 grep -q '"load":\[' runs/moe/metrics.jsonl || fail "no expert load in metrics"
 expect_ok '"num_experts": 4' -- "$MF" info runs/moe --json
-"$MF" train tiny.toml "${MOE[@]}" --set run.name=moe_half --stop-after 3 > /dev/null 2>&1 || fail "moe stop-after"
-"$MF" train --resume runs/moe_half > /dev/null 2>&1 || fail "moe resume"
-for r in moe moe_half; do
-  "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
-done
-cmp moe.logits moe_half.logits || fail "resumed MoE model differs from the straight run"
+expect_exact_resume moe "${MOE[@]}"
 # UniPool: one shared pool + NormRouter + pool aux; accounting, usage pictures, probe, exact resume
 POOL=(--set model.ffn=moe --set model.moe.num_experts=3 --set model.moe.top_k=1 --set model.moe.expert_hidden=16
       --set model.moe.pool_groups=1 --set model.moe.router=norm_topk --set model.moe.aux_loss_coef=0
@@ -127,12 +131,7 @@ grep -q "<rect" pool_usage_heatmap.svg && grep -q "<rect" pool_usage_hist.svg ||
 expect_ok "| mean | matched |" -- "$MF" probe runs/pool --windows 2 --json probe.json
 grep -q '"mean_delta"' probe.json || fail "probe json"
 expect_fail 1 "needs private experts" -- "$MF" probe runs/pool --windows 2 --mode own
-"$MF" train tiny.toml "${POOL[@]}" --set run.name=pool_half --stop-after 3 > /dev/null 2>&1 || fail "pool stop-after"
-"$MF" train --resume runs/pool_half > /dev/null 2>&1 || fail "pool resume"
-for r in pool pool_half; do
-  "$MF" eval runs/$r --dump-logits $r.logits --tokens 5,6,7,8,9 > /dev/null || fail "dump $r"
-done
-cmp pool.logits pool_half.logits || fail "resumed UniPool model differs from the straight run"
+expect_exact_resume pool "${POOL[@]}"
 expect_fail 2 "model.moe.pool_groups" -- "$MF" train tiny.toml "${POOL[@]}" --set model.moe.pool_groups=2 --set model.n_layers=3
 "$MF" repro unipool --quick --no-probe --config "$SRC/configs/repro/unipool.toml" --out repro \
   --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \

@@ -57,29 +57,19 @@ void register_repro_commands(CLI::App& app) {
   auto* up = repro->add_subcommand(
       "unipool", "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
                  "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
-  static std::string config = "configs/repro/unipool.toml", out = "docs/repro/unipool";
-  static std::vector<std::string> sets;
-  static int64_t seeds = 2;
-  static bool quick = false, g2 = false, probe = true;
-  up->add_option("--config", config, "base config (the variants change model.moe.* only)")->check(CLI::ExistingFile);
-  up->add_option("--out", out, "where results.md, results.json and the SVGs go");
-  up->add_option("--seeds", seeds, "seeds per variant (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
+  static ReproArgs args{"configs/repro/unipool.toml", "docs/repro/unipool"};
+  static bool g2 = false, probe = true;
+  add_repro_options(up, args);
   up->add_flag("--g2", g2, "also run G = 2 groups");
   up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
-  up->add_flag("--quick", quick, "smoke run: 2 layers, d = 64, 10 steps, one seed");
-  add_set_option(up, sets);
   up->callback([] {
     const auto t0 = std::chrono::steady_clock::now();
-    auto base = resolve_config(config, {});
-    if (quick) {
-      for (std::string s : {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
-                            "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"})
-        apply_override(base, s);
-      seeds = 1;
-    }
-    for (auto& s : sets) apply_override(base, s);
-    validate(base);
-    fs::create_directories(out);
+    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
+                                         "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
+    const auto& out = args.out;
+    const int64_t seeds = args.seeds;
+    const bool quick = args.quick;
+    const auto& config = args.config;
     const int64_t L = num_moe_layers(base.model), E = base.model.moe.num_experts;
     const auto variants = unipool_variants(L, E, g2);
     std::map<std::string, Outcome> res;

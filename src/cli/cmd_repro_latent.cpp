@@ -59,33 +59,23 @@ std::string repeat_shape(const MoELayerShape& s, int64_t n) { return format_late
 void register_repro_latent(CLI::App* repro) {
   auto* cmd = repro->add_subcommand("latent", "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
                                               "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
-  static std::string config = "configs/repro/latent.toml", out = "docs/repro/latent";
-  static std::vector<std::string> sets;
-  static int64_t seeds = 2, multiple = 8;
-  static bool quick = false;
-  cmd->add_option("--config", config, "base config; its single model.moe.latent entry is the reference layer")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--out", out, "where results.md, results.json and the SVGs go");
-  cmd->add_option("--seeds", seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
+  static ReproArgs args{"configs/repro/latent.toml", "docs/repro/latent"};
+  static int64_t multiple = 8;
+  add_repro_options(cmd, args);
   cmd->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
-  cmd->add_flag("--quick", quick, "smoke run: d = 64, 2 layers, 10 steps, one seed");
-  add_set_option(cmd, sets);
   cmd->callback([] {
     const auto t0 = std::chrono::steady_clock::now();
-    auto base = resolve_config(config, {});
-    if (quick) {
-      for (std::string s : {"model.d_model=64", "model.n_layers=2", "model.moe.latent=32,32,6,3,64", "train.steps=10",
-                            "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"})
-        apply_override(base, s);
-      seeds = 1;
-    }
-    for (auto& s : sets) apply_override(base, s);
-    validate(base);
+    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.latent=32,32,6,3,64",
+                                         "train.steps=10", "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10",
+                                         "eval.windows=4"});
+    const auto& out = args.out;
+    const int64_t seeds = args.seeds;
+    const bool quick = args.quick;
+    const auto& config = args.config;
     const auto refs = parse_latent_shapes(base.model.moe.latent);
     if (refs.size() != 1) throw ConfigError("repro latent: the base config needs one model.moe.latent entry (the reference)");
     const auto ref = refs[0];
     const int64_t d = base.model.d_model, L = num_moe_layers(base.model);
-    fs::create_directories(out);
 
     // (1) shape sweep: l * m fixed, N, K, ms fixed
     std::vector<Arm> sweep;

@@ -18,6 +18,26 @@ double Outcome::std() const {
   return std::sqrt(s / static_cast<double>(loss.size() - 1));
 }
 
+void add_repro_options(CLI::App* cmd, ReproArgs& a) {
+  cmd->add_option("--config", a.config, "base config")->check(CLI::ExistingFile);
+  cmd->add_option("--out", a.out, "where results.md, results.json and the SVGs go");
+  cmd->add_option("--seeds", a.seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
+  cmd->add_flag("--quick", a.quick, "smoke run: a tiny model, 10 steps, one seed");
+  cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
+}
+
+Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides) {
+  Config base = load_config(a.config);
+  if (a.quick) {
+    for (auto& s : quick_overrides) apply_override(base, s);
+    a.seeds = 1;
+  }
+  for (auto& s : a.sets) apply_override(base, s);
+  validate(base);
+  std::filesystem::create_directories(a.out);
+  return base;
+}
+
 std::string run_variant(const Config& cfg) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;

@@ -22,6 +22,17 @@ struct Outcome {
 std::string run_variant(const Config& cfg);
 inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
 
+// The options every repro command has: --config, --out, --seeds, --quick, --set.
+struct ReproArgs {
+  std::string config, out;
+  std::vector<std::string> sets;
+  int64_t seeds = 2;
+  bool quick = false;
+};
+void add_repro_options(CLI::App* cmd, ReproArgs& a);
+// The base config: --config, then (with --quick) the quick overrides and one seed, then --set.
+Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides);
+
 void register_repro_latent(CLI::App* repro);  // cmd_repro_latent.cpp
 
 }  // namespace mf::cli
