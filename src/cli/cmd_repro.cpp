@@ -100,6 +100,7 @@ void register_repro_commands(CLI::App& app) {
     }
     std::string probe_md;
     nlohmann::json probe_json;
+    std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
     if (probe) {
       for (std::string name : {"vanilla", "unipool"}) {
         auto l = load_model(first_run[name]);
@@ -109,6 +110,7 @@ void register_repro_commands(CLI::App& app) {
         auto rep = routing_probe(l.model, corpus, po);
         probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
         probe_json[name] = rep.to_json();
+        probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
       }
     }
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
@@ -122,6 +124,9 @@ void register_repro_commands(CLI::App& app) {
         {"NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)", m("unipool") < m("pool_pool_aux")},
         {"NormRouter alone does not help vanilla MoE", m("vanilla_norm") >= m("vanilla")},
         {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
+    if (probe)
+      dirs.push_back({"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla",
+                      probe_cost["unipool"] > probe_cost["vanilla"]});
     if (g2) dirs.push_back({"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
     std::string md = fmt::format(
         "# UniPool ablation in miniature\n\nProduced by `moeforge repro unipool --seeds {}{}{}` (base `{}`; {} MoE layers, "
