@@ -62,13 +62,15 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, std::shared
 }
 
 // Probe: k distinct units per token, uniform over the candidates (the router's weights kept).
+// The draw is the engine's uniform_random router over candidate slots, mapped to expert ids.
 static at::Tensor random_units(const MoEFeedForward::RandomRouting& r, int64_t tokens, int64_t k, uint64_t seed) {
   const auto n = static_cast<int64_t>(r.candidates.size());
   TORCH_CHECK(n >= k, "random routing: ", n, " candidate experts for top-", k);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto pick = std::get<1>(torch::rand({tokens, n}, gen, torch::TensorOptions().dtype(torch::kFloat)).topk(k, -1));
-  auto cand = torch::tensor(r.candidates, torch::kLong);
-  return cand.index_select(0, pick.reshape({-1}));
+  RouterOptions o;
+  o.kind = "uniform_random", o.num_experts = n, o.top_k = k, o.seed = seed, o.aux_loss_coef = 0, o.z_loss_coef = 0;
+  RouterImpl draw(1, o);
+  auto slots = draw.forward(torch::zeros({tokens, 1})).assignment.unit;
+  return torch::tensor(r.candidates, torch::kLong).index_select(0, slots);
 }
 
 torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
