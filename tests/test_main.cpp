@@ -3,9 +3,11 @@
 
 #include "core/runtime.h"
 #include "core/util.h"
+#include "methods/methods.h"
 
 int main(int argc, char** argv) {
   mf::tune_allocator();
+  mf::register_builtin_methods();
   ::testing::InitGoogleTest(&argc, argv);
   at::set_num_threads(1);  // ctest runs test processes in parallel
   mf::setup_logging(false);

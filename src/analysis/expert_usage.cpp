@@ -60,18 +60,14 @@ ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& cor
                                  int64_t seq_len, int64_t windows) {
   ExpertUsage u;
   auto moe = moe_layers(model->feed_forwards());
-  std::vector<std::shared_ptr<ExpertPool>> pools = model->model->pools;
   for (auto& m : moe) {
     u.layers.push_back(m->layer);
-    int64_t g = -1;
-    for (size_t i = 0; i < pools.size(); ++i)
-      if (pools[i] == m->pool()) g = static_cast<int64_t>(i);
-    u.group.push_back(g);
+    u.group.push_back(m->bank_group);
     u.counts.emplace_back(m->experts->num_units(), 0);
   }
   u.loss = evaluate_domains(model, corpus, split, seq_len, windows, 16, [&] {
     for (size_t r = 0; r < moe.size(); ++r) {
-      const auto& load = moe[r]->last_stats().load;
+      const auto load = moe[r]->last_stats().load;
       for (size_t e = 0; e < load.size(); ++e) u.counts[r][e] += load[e];
     }
   });

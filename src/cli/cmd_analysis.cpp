@@ -6,10 +6,10 @@
 #include <numeric>
 
 #include "analysis/expert_usage.h"
-#include "analysis/routing_probe.h"
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "methods/unipool/probe.h"
 
 namespace mf::cli {
 namespace {

@@ -84,14 +84,15 @@ void register_bench_commands(CLI::App& app) {
     for (const auto& s : shapes) {
       const double flops = 18.0 * s.T * s.k * s.d * s.F;  // fwd + bwd of the active experts
       RouterOptions ro;
-      ro.num_experts = s.E, ro.top_k = s.k;
+      ro.num_experts = s.E;
+      ro.top_k = s.k;
       Router router(s.d, ro);
       ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
       auto x = torch::randn({s.T, s.d}).requires_grad_(true);
       auto grad = torch::ones({s.T, s.d});
       double t_moe = best_seconds(iters, [&] {
         auto r = router->forward(x);
-        dispatch(x, r.assignment, bank).output.backward(grad);
+        dispatch(x, r.assignment, bank).y_TD.backward(grad);
       });
       double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
       auto peer_res = peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, s, iters, threads, false);

@@ -5,14 +5,15 @@
 #include <filesystem>
 #include <iostream>
 
-#include "analysis/intrinsic_dim.h"
-#include "analysis/jacobian_rank.h"
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "model/moe_ffn.h"
-#include "moe/latent_shape.h"
+#include "methods/latent/intrinsic_dim.h"
+#include "methods/latent/jacobian_rank.h"
+#include "methods/latent/latent.h"
+#include "methods/latent/shape.h"
 
 namespace mf::cli {
 namespace {
@@ -125,11 +126,12 @@ void register_latent_commands(CLI::App& app) {
       for (int64_t b = 0; b < l.cfg.model.n_layers; ++b)
         if (is_moe_layer(l.cfg.model, b)) shapes.push_back(b < split ? sn.rounded : sw.rounded);
       Config cfg = l.cfg;
-      cfg.model.moe.latent = format_latent_shapes(shapes);
+      auto& latent = cfg.model.moe.section<LatentConfig>().shapes;
+      latent = format_latent_shapes(shapes);
       write_file_atomic(prefix + "_allocation.toml", to_toml(cfg));
-      j["allocation"] = {{"latent", cfg.model.moe.latent}, {"narrow_deviation", sn.deviations()},
+      j["allocation"] = {{"latent", latent}, {"narrow_deviation", sn.deviations()},
                          {"wide_deviation", sw.deviations()}};
-      std::cout << fmt::format("model.moe.latent = \"{}\"\n  narrow: {}\n  wide:   {}\nwrote {}\n", cfg.model.moe.latent,
+      std::cout << fmt::format("model.moe.latent.shapes = \"{}\"\n  narrow: {}\n  wide:   {}\nwrote {}\n", latent,
                                sn.deviations(), sw.deviations(), prefix + "_allocation.toml");
     }
     write_file_atomic(prefix + ".json", j.dump(2) + "\n");

@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "data/shards.h"
+#include "model/moe_ffn.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "serve/generate.h"
@@ -105,9 +107,16 @@ void register_model_commands(CLI::App& app) {
                         {"max_seq_len", m.max_seq_len}, {"parameters", c.total}, {"parameters_embedding", c.embedding},
                         {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.active}};
     if (m.ffn == "moe") {
+      std::set<int64_t> per_router, banks;
+      for (auto& layer : moe_layers(l.model->feed_forwards())) {
+        per_router.insert(layer->shape().num_experts);
+        if (layer->bank_group >= 0) banks.insert(layer->bank_group);
+      }
       j["moe"] = {{"layers", m.moe.layers}, {"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k},
-                  {"expert_hidden", m.moe.expert_hidden}, {"router", m.moe.router}, {"n_shared", m.moe.n_shared},
-                  {"pool_groups", m.moe.pool_groups}, {"experts_per_router", routed_experts(m)},
+                  {"expert_hidden", m.moe.expert_hidden}, {"router", to_string(m.moe.router)},
+                  {"n_shared", m.moe.n_shared}, {"shared_banks", banks.size()},
+                  {"experts_per_router", per_router.size() == 1 ? nlohmann::json(*per_router.begin())
+                                                                : nlohmann::json(per_router)},
                   {"expert_parameters_stored", c.expert_stored}, {"router_parameters", c.router},
                   {"expert_parameters_vanilla", c.expert_vanilla},
                   {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};

@@ -1,51 +1,29 @@
-// `moeforge repro unipool`: UniPool's ablation (paper table 5) in miniature. Trains every
-// variant with identical data, tokens and optimizer for several seeds, measures expert usage
-// and the routing-randomization probe, and writes a markdown table, JSON and heatmaps.
-// Finished runs are reused, so an interrupted repro continues where it stopped.
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
-#include <chrono>
-#include <cmath>
+// `moeforge repro ...`: flags only; each method's driver (src/methods/*/repro.cpp) trains and
+// measures, and this file prints its results and writes results.md / results.json.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
-#include "analysis/expert_usage.h"
-#include "analysis/routing_probe.h"
 #include "cli/commands.h"
-#include "cli/repro_common.h"
 #include "core/util.h"
-#include "io/checkpoint.h"
-#include "train/trainer.h"
+#include "methods/latent/repro.h"
+#include "methods/unipool/repro.h"
 
 namespace mf::cli {
 namespace {
-namespace fs = std::filesystem;
 
-struct Variant {
-  std::string name, label;
-  std::vector<std::string> sets;
-};
+void add_repro_options(CLI::App* cmd, ReproArgs& a) {
+  cmd->add_option("--config", a.config, "base config")->check(CLI::ExistingFile);
+  cmd->add_option("--out", a.out, "where results.md, results.json and the SVGs go");
+  cmd->add_option("--seeds", a.seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
+  cmd->add_flag("--quick", a.quick, "smoke run: a tiny model, 10 steps, one seed");
+  cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
+}
 
-std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool with_g2) {
-  const std::string pool = "model.moe.pool_groups=1", half = fmt::format("model.moe.pool_size={}", experts * moe_layers / 2);
-  std::vector<Variant> v = {
-      {"vanilla", "vanilla MoE (softmax, per-layer Switch aux 1e-2)", {}},
-      {"pool_layer_aux", "shared pool + per-layer aux + softmax", {pool}},
-      {"pool_pool_aux", "shared pool + pool aux + softmax",
-       {pool, "model.moe.aux_loss_coef=0", "model.moe.pool_aux_loss_coef=0.01"}},
-      {"vanilla_norm", "vanilla + NormRouter", {"model.moe.router=norm_topk"}},
-      {"unipool", "full UniPool (G = 1, pool aux + NormRouter)",
-       {pool, "model.moe.aux_loss_coef=0", "model.moe.pool_aux_loss_coef=0.01", "model.moe.router=norm_topk"}},
-      {"unipool_half", fmt::format("UniPool, reduced pool M = {}", experts * moe_layers / 2),
-       {pool, half, "model.moe.aux_loss_coef=0", "model.moe.pool_aux_loss_coef=0.01", "model.moe.router=norm_topk"}},
-  };
-  if (with_g2)
-    v.push_back({"unipool_g2", "UniPool, G = 2",
-                 {"model.moe.pool_groups=2", "model.moe.aux_loss_coef=0", "model.moe.pool_aux_loss_coef=0.01",
-                  "model.moe.router=norm_topk"}});
-  return v;
+void write_results(const ReproResult& r) {
+  namespace fs = std::filesystem;
+  write_file_atomic((fs::path(r.out_dir) / "results.md").string(), r.markdown);
+  write_file_atomic((fs::path(r.out_dir) / "results.json").string(), r.json.dump(2) + "\n");
+  std::cout << r.markdown << "\nwrote " << (fs::path(r.out_dir) / "results.md").string() << "\n";
 }
 
 }  // namespace
@@ -53,114 +31,24 @@ std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool 
 void register_repro_commands(CLI::App& app) {
   auto* repro = app.add_subcommand("repro", "miniature reproductions of the papers' experiments");
   repro->require_subcommand(1);
-  register_repro_latent(repro);
+
   auto* up = repro->add_subcommand(
       "unipool", "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
                  "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
-  static ReproArgs args{"configs/repro/unipool.toml", "docs/repro/unipool"};
+  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool"};
   static bool g2 = false, probe = true;
-  add_repro_options(up, args);
+  add_repro_options(up, unipool_args);
   up->add_flag("--g2", g2, "also run G = 2 groups");
   up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
-  up->callback([] {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
-                                         "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
-    const auto& out = args.out;
-    const int64_t seeds = args.seeds;
-    const bool quick = args.quick;
-    const auto& config = args.config;
-    const int64_t L = num_moe_layers(base.model), E = base.model.moe.num_experts;
-    const auto variants = unipool_variants(L, E, g2);
-    std::map<std::string, Outcome> res;
-    std::map<std::string, std::string> first_run;
-    for (int64_t s = 0; s < seeds; ++s) {  // seed-major: a stopped repro has whole seeds
-      for (auto& v : variants) {
-        Config cfg = base;
-        for (auto& set : v.sets) apply_override(cfg, set);
-        apply_override(cfg, fmt::format("train.seed={}", 1000 + s));
-        cfg.run.name = fmt::format("{}-s{}", v.name, s);
-        validate(cfg);
-        spdlog::info("repro unipool: {} seed {} ({})", v.name, s, v.label);
-        auto dir = run_variant(cfg);
-        auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
-        auto& o = res[v.name];
-        o.loss.push_back(summary["val_loss_mean"].get<double>());
-        if (s == 0) {
-          first_run[v.name] = dir;
-          auto l = load_model(dir);
-          PreparedCorpus corpus(l.cfg.data.dir);
-          auto u = measure_expert_usage(l.model, corpus, "val", l.cfg.train.seq_len, l.cfg.eval.windows);
-          write_usage_pictures(u, (fs::path(out) / v.name).string(), v.label);
-          o.dead = u.globally_dead(), o.stored_experts = u.stored_experts();
-          auto c = l.model->param_counts();
-          o.expert_params = c.expert_stored, o.vanilla_params = c.expert_vanilla;
-        }
-      }
-    }
-    std::string probe_md;
-    nlohmann::json probe_json;
-    std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
-    if (probe) {
-      for (std::string name : {"vanilla", "unipool"}) {
-        auto l = load_model(first_run[name]);
-        PreparedCorpus corpus(l.cfg.data.dir);
-        ProbeOptions po;
-        po.seq_len = l.cfg.train.seq_len, po.windows = l.cfg.eval.windows;
-        auto rep = routing_probe(l.model, corpus, po);
-        probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
-        probe_json[name] = rep.to_json();
-        probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
-      }
-    }
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
-    // the paper's directions (table 5 and section 6)
-    auto m = [&](const std::string& n) { return res[n].mean(); };
-    std::vector<std::pair<std::string, bool>> dirs = {
-        {"full UniPool beats vanilla MoE", m("unipool") < m("vanilla")},
-        {"shared pool + per-layer aux is worse than vanilla or collapses (more dead experts)",
-         m("pool_layer_aux") > m("vanilla") || res["pool_layer_aux"].dead > res["unipool"].dead},
-        {"the pool-level aux beats the per-layer aux under sharing", m("pool_pool_aux") < m("pool_layer_aux")},
-        {"NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)", m("unipool") < m("pool_pool_aux")},
-        {"NormRouter alone does not help vanilla MoE", m("vanilla_norm") >= m("vanilla")},
-        {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
-    if (probe)
-      dirs.push_back({"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla",
-                      probe_cost["unipool"] > probe_cost["vanilla"]});
-    if (g2) dirs.push_back({"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
-    std::string md = fmt::format(
-        "# UniPool ablation in miniature\n\nProduced by `moeforge repro unipool --seeds {}{}{}` (base `{}`; {} MoE layers, "
-        "d = {}, top-{} of {} experts per layer, expert width {}, {} steps x {} tokens). Validation loss is the mean "
-        "over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to on the "
-        "validation windows (seed 0). Total runtime {:.1f} min on {} threads.\n\n"
-        "| variant | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
-        "|---|---|---|---|---|---|---|\n",
-        seeds, g2 ? " --g2" : "", quick ? " --quick" : "", config, L, base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden,
-        base.train.steps, base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads);
-    nlohmann::json js = {{"minutes", minutes}, {"seeds", seeds}, {"variants", nlohmann::json::object()}};
-    for (auto& v : variants) {
-      auto& o = res[v.name];
-      md += fmt::format("| {} | {} | {:.2f} M | {:.0f} % | {:.4f} ± {:.4f} | {:+.4f} | {} |\n", v.label, o.stored_experts,
-                        o.expert_params / 1e6, 100.0 * o.expert_params / std::max<int64_t>(1, o.vanilla_params), o.mean(),
-                        o.std(), o.mean() - m("vanilla"), o.dead);
-      js["variants"][v.name] = {{"label", v.label}, {"val_loss", o.loss}, {"mean", o.mean()}, {"std", o.std()},
-                                {"dead", o.dead}, {"stored_experts", o.stored_experts}, {"expert_params", o.expert_params}};
-    }
-    md += "\n## The paper's directions at this scale\n\n";
-    for (auto& [d, held] : dirs) {
-      md += fmt::format("- {}: **{}**\n", d, verdict(held));
-      js["directions"][d] = held;
-    }
-    md += "\nHeatmaps: `<variant>_heatmap.svg` (share of each layer's pairs per expert), `<variant>_hist.svg` "
-          "(usage per stored expert, dead in red).\n";
-    if (probe) {
-      md += "\n## Routing-randomization probe (test split; router weights kept, expert identities drawn uniformly)\n\n" + probe_md;
-      js["probe"] = probe_json;
-    }
-    write_file_atomic((fs::path(out) / "results.md").string(), md);
-    write_file_atomic((fs::path(out) / "results.json").string(), js.dump(2) + "\n");
-    std::cout << md << "\nwrote " << (fs::path(out) / "results.md").string() << "\n";
-  });
+  up->callback([] { write_results(unipool_repro(unipool_args, g2, probe)); });
+
+  auto* lt = repro->add_subcommand("latent", "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
+                                             "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
+  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent"};
+  static int64_t multiple = 8;
+  add_repro_options(lt, latent_args);
+  lt->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
+  lt->callback([] { write_results(latent_repro(latent_args, multiple)); });
 }
 
 }  // namespace mf::cli

@@ -6,6 +6,8 @@
 
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
+#include "data/tokenizer.h"
+#include "serve/generate.h"
 #include "train/trainer.h"
 
 namespace mf::cli {
@@ -48,6 +50,12 @@ void register_train_commands(CLI::App& app) {
     } else {
       cfg = resolve_config(cfg_path, sets);
     }
+    opt.sample = [&cfg](TransformerLM& model, const std::string& tokenizer_path) {
+      Tokenizer tok(tokenizer_path);
+      SamplingOptions so{cfg.sample.max_tokens, cfg.sample.temperature, cfg.sample.top_p,
+                         static_cast<uint64_t>(cfg.sample.seed), tok.eos_id()};
+      return cfg.sample.prompt + tok.decode(generate(model, tok.encode(cfg.sample.prompt), so));
+    };
     auto result = train(cfg, opt);
     plot_run_losses(result.run_dir);
     print_summary(result);

@@ -1,8 +1,5 @@
 #include "cli/commands.h"
 
-#include "io/checkpoint.h"
-#include "train/optim.h"
-#include "train/trainer.h"
 
 namespace mf::cli {
 
@@ -11,16 +8,6 @@ Config resolve_config(const std::string& path, const std::vector<std::string>& s
   for (const auto& s : sets) apply_override(cfg, s);
   validate(cfg);
   return cfg;
-}
-
-LoadedModel load_model(const std::string& path) {
-  LoadedModel l;
-  l.cfg = checkpoint_config(path);
-  auto ck = read_checkpoint(path);
-  l.model = TransformerLM(l.cfg.model);
-  load_model_tensors(*l.model, ck.model);
-  l.tokenizer = ck.tokenizer_path();
-  return l;
 }
 
 void add_set_option(CLI::App* cmd, std::vector<std::string>& sets) {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "model/transformer.h"
+#include "io/model_io.h"
 
 namespace mf::cli {
 
@@ -14,16 +14,9 @@ void register_train_commands(CLI::App& app);  // train, plot, config
 void register_model_commands(CLI::App& app);  // eval, generate, info
 void register_bench_commands(CLI::App& app);  // bench moe
 void register_analysis_commands(CLI::App& app);  // usage, probe
-void register_repro_commands(CLI::App& app);     // repro unipool
+void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
 void register_latent_commands(CLI::App& app);    // shape, id, jacobian
 
-struct LoadedModel {
-  Config cfg;
-  TransformerLM model{nullptr};
-  std::string tokenizer;
-};
-// A checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
-LoadedModel load_model(const std::string& path);
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);

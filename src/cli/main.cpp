@@ -6,10 +6,12 @@
 #include "core/runtime.h"
 #include "core/util.h"
 #include "io/safetensors.h"
+#include "methods/methods.h"
 
 int main(int argc, char** argv) {
   mf::ensure_passive_openmp(argv);
   mf::tune_allocator();
+  mf::register_builtin_methods();
   CLI::App app{"MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"
                "Start with `moeforge data prepare`, then `moeforge train configs/quickstart.toml`."};
   app.set_version_flag("--version", std::string("moeforge ") + MOEFORGE_VERSION);

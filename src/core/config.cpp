@@ -9,11 +9,38 @@
 
 namespace mf {
 
+namespace {
+std::map<std::string, std::string>& aliases() {
+  static std::map<std::string, std::string> a;
+  return a;
+}
+std::vector<std::function<void(const Config&)>>& validators() {
+  static std::vector<std::function<void(const Config&)>> v;
+  return v;
+}
+}  // namespace
+
+void register_config_alias(const std::string& old_path, const std::string& new_path) { aliases()[old_path] = new_path; }
+void register_config_validator(std::function<void(const Config&)> check) { validators().push_back(std::move(check)); }
+
 const KeySpec* find_key(const std::string& path) {
   for (const auto& k : config_schema())
     if (k.path == path) return &k;
+  if (auto it = aliases().find(path); it != aliases().end()) return find_key(it->second);
   return nullptr;
 }
+
+const std::vector<std::string>& router_kind_names() {
+  static const std::vector<std::string> n = {"softmax_topk", "sigmoid_topk", "norm_topk",
+                                             "top_p",        "uniform_random", "balanced"};
+  return n;
+}
+const std::vector<std::string>& activation_names() {
+  static const std::vector<std::string> n = {"swiglu", "gelu"};
+  return n;
+}
+std::string to_string(RouterKind k) { return router_kind_names().at(static_cast<size_t>(k)); }
+std::string to_string(Activation a) { return activation_names().at(static_cast<size_t>(a)); }
 
 // Edit distance for "did you mean" hints; small enough to not need a library.
 static size_t edit_distance(const std::string& a, const std::string& b) {
@@ -200,90 +227,10 @@ int64_t num_moe_layers(const ModelConfig& m) {
   return n;
 }
 
-int64_t routed_experts(const ModelConfig& m) {
-  if (m.moe.pool_groups == 0) return m.moe.num_experts;
-  const int64_t total = m.moe.pool_size > 0 ? m.moe.pool_size : m.moe.num_experts * num_moe_layers(m);
-  return total / m.moe.pool_groups;
-}
-
-std::vector<MoELayerShape> parse_latent_shapes(const std::string& spec) {
-  std::vector<MoELayerShape> out;
-  std::stringstream ss(spec);
-  for (std::string entry; std::getline(ss, entry, ';');) {
-    if (entry.find_first_not_of(" \t") == std::string::npos) continue;
-    std::vector<int64_t> v;
-    std::stringstream es(entry);
-    try {
-      for (std::string item; std::getline(es, item, ',');) {
-        size_t used = 0;
-        v.push_back(std::stoll(item, &used));
-        if (item.find_first_not_of(" \t", used) != std::string::npos) throw std::invalid_argument(item);
-      }
-    } catch (const std::exception&) {
-      v.clear();
-    }
-    if (v.size() != 5 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[3] > v[2] || v[4] < 0)
-      throw ConfigError(fmt::format("model.moe.latent: entry \"{}\" must be l,m,N,K,ms with positive l, m, N, "
-                                    "1 <= K <= N and ms >= 0", entry));
-    out.push_back({v[0], v[1], v[2], v[3], v[4]});
-  }
-  return out;
-}
-
-std::string format_latent_shapes(const std::vector<MoELayerShape>& shapes) {
-  std::string s;
-  for (auto& x : shapes)
-    s += fmt::format("{}{},{},{},{},{}", s.empty() ? "" : "; ", x.latent, x.expert_hidden, x.num_experts, x.top_k,
-                     x.shared_hidden);
-  return s;
-}
-
-MoELayerShape moe_layer_shape(const ModelConfig& m, int64_t layer) {
-  const auto& p = m.moe;
-  if (p.latent.empty()) return {0, p.expert_hidden, routed_experts(m), p.top_k, p.n_shared * p.expert_hidden};
-  auto shapes = parse_latent_shapes(p.latent);
-  const int64_t n_moe = num_moe_layers(m);
-  if (shapes.size() != 1 && static_cast<int64_t>(shapes.size()) != n_moe)
-    throw ConfigError(fmt::format("model.moe.latent has {} entries; give 1 (all MoE layers) or {} (one per MoE layer)",
-                                  shapes.size(), n_moe));
-  int64_t index = 0;
-  for (int64_t i = 0; i < layer; ++i) index += is_moe_layer(m, i);
-  return shapes.size() == 1 ? shapes[0] : shapes[static_cast<size_t>(index)];
-}
-
-static void validate_pool(const ModelConfig& m) {
-  const auto& p = m.moe;
-  const int64_t n_moe = num_moe_layers(m);
-  if (p.pool_groups == 0) {
-    if (p.pool_aux_loss_coef > 0)
-      throw ConfigError("model.moe.pool_aux_loss_coef needs a shared pool (model.moe.pool_groups >= 1)");
-    return;
-  }
-  if (n_moe % p.pool_groups != 0)
-    throw ConfigError(fmt::format("model.moe.pool_groups ({}) must divide the number of MoE layers ({})", p.pool_groups, n_moe));
-  const int64_t total = p.pool_size > 0 ? p.pool_size : p.num_experts * n_moe;
-  if (total % p.pool_groups != 0)
-    throw ConfigError(fmt::format("model.moe.pool_size ({}) must be divisible by model.moe.pool_groups ({})", total, p.pool_groups));
-  if (p.n_shared > 0 || p.capacity_factor > 0 || p.bias_update > 0 || p.activation != "swiglu" || p.expert_bias)
-    throw ConfigError("model.moe.pool_groups: shared pools support SwiGLU experts without n_shared, capacity_factor, "
-                      "bias_update or expert_bias");
-}
-
 void validate(const Config& c) {
   const auto& m = c.model;
-  if (m.ffn == "moe") {
+  if (m.ffn == "moe")
     for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
-    validate_pool(m);
-    if (!m.moe.latent.empty()) {
-      if (m.moe.pool_groups > 0) throw ConfigError("model.moe.latent cannot be combined with model.moe.pool_groups");
-      for (int64_t i = 0; i < m.n_layers; ++i)
-        if (is_moe_layer(m, i)) moe_layer_shape(m, i);
-    }
-    const int64_t E = routed_experts(m);
-    if (m.moe.latent.empty() && m.moe.top_k > E)
-      throw ConfigError(fmt::format("model.moe.top_k ({}) exceeds the experts a router chooses among ({}; "
-                                    "model.moe.num_experts or pool_size / pool_groups)", m.moe.top_k, E));
-  }
   if (m.d_model % m.n_heads != 0)
     throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));
   if ((m.d_model / m.n_heads) % 2 != 0)
@@ -294,19 +241,22 @@ void validate(const Config& c) {
     throw ConfigError(fmt::format("train.seq_len ({}) exceeds model.max_seq_len ({})", c.train.seq_len, m.max_seq_len));
   double w = c.data.weight_dictionary + c.data.weight_scripture + c.data.weight_technical + c.data.weight_quotations;
   if (w <= 0) throw ConfigError("data.weight_*: at least one domain weight must be positive");
+  for (auto& check : validators()) check(c);  // the methods' and the model's own checks
 }
 
+// One [section] per top-level name, in the order of first appearance (methods register their
+// model.* keys after the core sections); nested keys are written dotted (moe.unipool.groups).
 std::string to_toml(const Config& cfg) {
-  std::string out, section;
+  std::vector<std::string> order;
+  std::map<std::string, std::string> body;
   for (const auto& k : config_schema()) {
     auto dot = k.path.find('.');
-    std::string sec = k.path.substr(0, dot), name = k.path.substr(dot + 1);
-    if (sec != section) {
-      out += (section.empty() ? "" : "\n") + fmt::format("[{}]\n", sec);
-      section = sec;
-    }
-    out += fmt::format("{} = {}\n", name, value_to_string(k.get(cfg)));
+    std::string sec = k.path.substr(0, dot);
+    if (!body.count(sec)) order.push_back(sec);
+    body[sec] += fmt::format("{} = {}\n", k.path.substr(dot + 1), value_to_string(k.get(cfg)));
   }
+  std::string out;
+  for (const auto& sec : order) out += (out.empty() ? "" : "\n") + fmt::format("[{}]\n{}", sec, body[sec]);
   return out;
 }
 
@@ -319,6 +269,11 @@ std::string schema_markdown() {
   for (const auto& k : config_schema())
     out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", k.path, type_name(k.type),
                        value_to_string(k.get(defaults)), range_text(k), k.help);
+  if (!aliases().empty()) {
+    out += "\nOlder key names, still accepted (configs and checkpoints written before the method sub-tables):\n\n"
+           "| old key | now |\n|---|---|\n";
+    for (const auto& [old_path, new_path] : aliases()) out += fmt::format("| `{}` | `{}` |\n", old_path, new_path);
+  }
   return out;
 }
 

@@ -3,22 +3,75 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <typeindex>
 #include <variant>
 #include <vector>
 
 namespace mf {
 
+// Router policies and expert activations: parsed from their config strings once, during
+// config loading, so the engine compares enums, never strings.
+enum class RouterKind { SoftmaxTopK, SigmoidTopK, NormTopK, TopP, UniformRandom, Balanced };
+enum class Activation { SwiGLU, GELU };
+const std::vector<std::string>& router_kind_names();  // in enum order
+const std::vector<std::string>& activation_names();
+std::string to_string(RouterKind k);
+std::string to_string(Activation a);
+
+// A method's config sub-table (e.g. [model.moe.unipool]) is a struct in the method's folder;
+// the config holds one copy per method that was touched, default-constructed on first use.
+struct MethodSection {
+  virtual ~MethodSection() = default;
+  virtual std::unique_ptr<MethodSection> clone() const = 0;
+};
+template <class T>
+struct MethodSectionOf : MethodSection {
+  std::unique_ptr<MethodSection> clone() const override {
+    return std::make_unique<T>(static_cast<const T&>(*this));
+  }
+};
+
+class MethodSections {
+ public:
+  MethodSections() = default;
+  MethodSections(const MethodSections& o) { *this = o; }
+  MethodSections& operator=(const MethodSections& o) {
+    if (this == &o) return *this;
+    map_.clear();
+    for (auto& [k, v] : o.map_) map_[k] = v->clone();
+    return *this;
+  }
+  template <class T>
+  T& get() {
+    auto& p = map_[std::type_index(typeid(T))];
+    if (!p) p = std::make_unique<T>();
+    return static_cast<T&>(*p);
+  }
+  template <class T>
+  const T& get() const {
+    static const T defaults{};
+    auto it = map_.find(std::type_index(typeid(T)));
+    return it == map_.end() ? defaults : static_cast<const T&>(*it->second);
+  }
+
+ private:
+  std::map<std::type_index, std::unique_ptr<MethodSection>> map_;
+};
+
 // Mixture-of-Experts FFN slots (model.ffn = "moe"); see ../shared/specs/baselines.md.
+// The engine's keys live here; each method's keys live in its sub-table (`section<T>()`).
 struct MoeConfig {
   std::string layers = "all";  // all | every_other | first_dense:N | explicit list "1,3,5"
   int64_t num_experts = 8;
   int64_t top_k = 2;
-  int64_t expert_hidden = 352;
-  std::string activation = "swiglu";
+  int64_t expert_hidden = 352;  // F: the hidden width of one routed expert
+  Activation activation = Activation::SwiGLU;
   bool expert_bias = false;
-  std::string router = "softmax_topk";  // softmax_topk | sigmoid_topk | norm_topk | top_p | uniform_random | balanced
+  RouterKind router = RouterKind::SoftmaxTopK;
   bool renormalize = true;
   bool norm_renormalize = false;  // norm_topk: UniPool uses the selected scores as they are
   double norm_eps = 1e-8;
@@ -26,24 +79,14 @@ struct MoeConfig {
   double aux_loss_coef = 1e-2;
   double z_loss_coef = 1e-3;
   double seq_aux_loss_coef = 0.0;
-  double bias_update = 0.0;  // DeepSeek-V3 aux-loss-free balancing step (0 = off)
-  int64_t n_shared = 0;      // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
+  double bias_update = 0.0;      // DeepSeek-V3 aux-loss-free balancing step (0 = off)
+  int64_t n_shared = 0;          // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
   double capacity_factor = 0.0;  // 0 = dropless
-  // UniPool (../shared/specs/unipool.md): MoE layers split into pool_groups contiguous groups,
-  // each sharing one pool of pool_size / pool_groups experts. 0 = every layer owns its experts.
-  int64_t pool_groups = 0;
-  int64_t pool_size = 0;            // total pool experts M (0 = num_experts x MoE layers, the vanilla budget)
-  double pool_aux_loss_coef = 0.0;  // pool-level balance loss alpha_pool (one step behind)
-  // LatentMoE (../shared/specs/latentmoe.md): per MoE layer "l,m,N,K,ms" separated by ';'
-  // (one entry = every MoE layer). Routed experts work in an l-wide latent space.
-  std::string latent;
-};
-
-// The resolved shape of one MoE layer.
-struct MoELayerShape {
-  int64_t latent = 0;  // l; 0 = experts work on the full width d
-  int64_t expert_hidden = 0, num_experts = 0, top_k = 0;
-  int64_t shared_hidden = 0;  // width of the full-width shared SwiGLU expert (0 = none)
+  MethodSections sections;       // [model.moe.<method>] sub-tables
+  template <class T>
+  T& section() { return sections.get<T>(); }
+  template <class T>
+  const T& section() const { return sections.get<T>(); }
 };
 
 struct ModelConfig {
@@ -65,12 +108,6 @@ struct ModelConfig {
 // Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).
 bool is_moe_layer(const ModelConfig& m, int64_t layer);
 int64_t num_moe_layers(const ModelConfig& m);
-// Experts a router of this model chooses among: num_experts, or the group's pool size.
-int64_t routed_experts(const ModelConfig& m);
-// Shape of MoE block `layer` (model.moe.* or its model.moe.latent entry); throws ConfigError.
-MoELayerShape moe_layer_shape(const ModelConfig& m, int64_t layer);
-std::vector<MoELayerShape> parse_latent_shapes(const std::string& spec);  // "l,m,N,K,ms;..."
-std::string format_latent_shapes(const std::vector<MoELayerShape>& shapes);
 
 struct DataConfig {
   std::string dir = "data";
@@ -151,7 +188,13 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Every key: the core keys (config_schema.cpp), then those the methods registered.
 const std::vector<KeySpec>& config_schema();
+// Methods add the keys of their sub-table, the old flat paths they replaced (still accepted
+// when loading, e.g. from older checkpoints) and their cross-field checks.
+void register_config_keys(std::vector<KeySpec> keys);
+void register_config_alias(const std::string& old_path, const std::string& new_path);
+void register_config_validator(std::function<void(const Config&)> check);
 const KeySpec* find_key(const std::string& path);
 std::string closest_key(const std::string& path);
 

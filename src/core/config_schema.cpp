@@ -1,31 +1,8 @@
 // The config schema: every valid key, its type, range, default and help.
-#include "core/config.h"
-
-#include <limits>
-#include <type_traits>
+#include "core/config_keys.h"
 
 namespace mf {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// A key whose value lives at ref(config), a T& (bool, int64_t, double or std::string).
-template <class T, class Ref>
-KeySpec key_at(const char* path, Ref ref, const char* help, double lo, double hi, std::vector<std::string> choices) {
-  KeySpec s;
-  s.path = path;
-  s.help = help;
-  s.min = lo;
-  s.max = hi;
-  s.choices = std::move(choices);
-  if constexpr (std::is_same_v<T, bool>) s.type = ValueType::Bool;
-  else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
-  else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
-  else s.type = ValueType::String;
-  s.get = [ref](const Config& c) -> Value { return Value(ref(const_cast<Config&>(c))); };
-  s.set = [ref](Config& c, const Value& v) { ref(c) = std::get<T>(v); };
-  return s;
-}
 
 // a key of a top-level section: key("train.lr", &Config::train, &TrainConfig::lr, ...)
 template <class S, class T>
@@ -34,12 +11,6 @@ KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, dou
   return key_at<T>(path, [sec, field](Config& c) -> T& { return (c.*sec).*field; }, help, lo, hi, std::move(choices));
 }
 
-// keys nested below a section (model.moe.*)
-template <class T, class Ref>
-KeySpec nested(const char* path, Ref ref, const char* help, double lo = 1, double hi = 0,
-               std::vector<std::string> choices = {}) {
-  return key_at<T>(path, ref, help, lo, hi, std::move(choices));
-}
 #define MOE_REF(field) [](Config& c) -> auto& { return c.model.moe.field; }
 
 std::vector<KeySpec> build_schema() {
@@ -59,41 +30,30 @@ std::vector<KeySpec> build_schema() {
           "std of normal init for all weights (UniPool used 0.01)", 0, 10),
       key("model.scale_out_init", &C::model, &ModelConfig::scale_out_init,
           "scale output projections' init std by 1/sqrt(2*n_layers)"),
-      key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot type", 1, 0, {"swiglu", "moe"}),
-      nested<std::string>("model.moe.layers", MOE_REF(layers),
+      key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot kind (swiglu, moe, or one a method registers)"),
+      key_at<std::string>("model.moe.layers", MOE_REF(layers),
                           "which blocks are MoE: all, every_other, first_dense:N or a list like \"1,3\""),
-      nested<int64_t>("model.moe.num_experts", MOE_REF(num_experts), "routed experts E", 1, 4096),
-      nested<int64_t>("model.moe.top_k", MOE_REF(top_k), "experts per token k (<= num_experts)", 1, 4096),
-      nested<int64_t>("model.moe.expert_hidden", MOE_REF(expert_hidden), "hidden width of each expert", 1, 1 << 20),
-      nested<std::string>("model.moe.activation", MOE_REF(activation), "expert activation", 1, 0, {"swiglu", "gelu"}),
-      nested<bool>("model.moe.expert_bias", MOE_REF(expert_bias), "give experts biases (GELU ViT experts use them)"),
-      nested<std::string>("model.moe.router", MOE_REF(router), "routing policy", 1, 0,
-                          {"softmax_topk", "sigmoid_topk", "norm_topk", "top_p", "uniform_random", "balanced"}),
-      nested<bool>("model.moe.renormalize", MOE_REF(renormalize),
+      key_at<int64_t>("model.moe.num_experts", MOE_REF(num_experts), "routed experts E", 1, 4096),
+      key_at<int64_t>("model.moe.top_k", MOE_REF(top_k), "experts per token k (<= num_experts)", 1, 4096),
+      key_at<int64_t>("model.moe.expert_hidden", MOE_REF(expert_hidden), "hidden width of each expert", 1, 1 << 20),
+      enum_key_at<Activation>("model.moe.activation", MOE_REF(activation), "expert activation", activation_names()),
+      key_at<bool>("model.moe.expert_bias", MOE_REF(expert_bias), "give experts biases (GELU ViT experts use them)"),
+      enum_key_at<RouterKind>("model.moe.router", MOE_REF(router),
+                              "routing policy (norm_topk is UniPool's NormRouter)", router_kind_names()),
+      key_at<bool>("model.moe.renormalize", MOE_REF(renormalize),
                    "divide the selected weights by their sum (softmax_topk, sigmoid_topk, top_p)"),
-      nested<bool>("model.moe.norm_renormalize", MOE_REF(norm_renormalize),
+      key_at<bool>("model.moe.norm_renormalize", MOE_REF(norm_renormalize),
                    "norm_topk (UniPool NormRouter): divide the selected scores by their sum"),
-      nested<double>("model.moe.norm_eps", MOE_REF(norm_eps), "norm_topk: epsilon added to the logits' L2 norm", 0, 1),
-      nested<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
-      nested<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0, 100),
-      nested<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),
-      nested<double>("model.moe.seq_aux_loss_coef", MOE_REF(seq_aux_loss_coef),
+      key_at<double>("model.moe.norm_eps", MOE_REF(norm_eps), "norm_topk: epsilon added to the logits' L2 norm", 0, 1),
+      key_at<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
+      key_at<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0, 100),
+      key_at<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),
+      key_at<double>("model.moe.seq_aux_loss_coef", MOE_REF(seq_aux_loss_coef),
                      "sequence-wise balance loss alpha (DeepSeek-V3 uses 1e-4 with bias_update; 0 = off)", 0, 100),
-      nested<double>("model.moe.bias_update", MOE_REF(bias_update),
+      key_at<double>("model.moe.bias_update", MOE_REF(bias_update),
                      "aux-loss-free balancing: selection-bias step gamma after each optimizer step (0 = off)", 0, 1),
-      nested<int64_t>("model.moe.n_shared", MOE_REF(n_shared), "always-on shared experts", 0, 64),
-      nested<double>("model.moe.capacity_factor", MOE_REF(capacity_factor), "per-expert capacity factor (0 = dropless)", 0, 1000),
-      nested<int64_t>("model.moe.pool_groups", MOE_REF(pool_groups),
-                      "UniPool sharing scope G: MoE layers form G contiguous groups, each routing into one shared "
-                      "expert pool (0 = per-layer experts; G = number of MoE layers is vanilla MoE)", 0, 4096),
-      nested<int64_t>("model.moe.pool_size", MOE_REF(pool_size),
-                      "total pool experts M over all groups (0 = num_experts x MoE layers, the vanilla budget)", 0, 1 << 20),
-      nested<std::string>("model.moe.latent", MOE_REF(latent),
-                          "LatentMoE shapes \"l,m,N,K,ms\" per MoE layer, ';'-separated (one entry = all layers): latent "
-                          "width l, expert width m, experts N, top-k K, shared full-width expert width ms; overrides "
-                          "num_experts/top_k/expert_hidden/n_shared (\"\" = off)"),
-      nested<double>("model.moe.pool_aux_loss_coef", MOE_REF(pool_aux_loss_coef),
-                     "UniPool pool-level balance loss alpha_pool (one step behind; 1e-2 in the paper; 0 = off)", 0, 100),
+      key_at<int64_t>("model.moe.n_shared", MOE_REF(n_shared), "always-on shared experts", 0, 64),
+      key_at<double>("model.moe.capacity_factor", MOE_REF(capacity_factor), "per-expert capacity factor (0 = dropless)", 0, 1000),
 
       key("data.dir", &C::data, &DataConfig::dir, "prepared corpus directory (tokenizer, shards, manifest)"),
       key("data.source_root", &C::data, &DataConfig::source_root,
@@ -151,9 +111,19 @@ std::vector<KeySpec> build_schema() {
 
 }  // namespace
 
-const std::vector<KeySpec>& config_schema() {
-  static const std::vector<KeySpec> schema = build_schema();
+std::vector<KeySpec>& schema_storage() {
+  static std::vector<KeySpec> schema = build_schema();
   return schema;
+}
+
+const std::vector<KeySpec>& config_schema() { return schema_storage(); }
+
+void register_config_keys(std::vector<KeySpec> keys) {
+  auto& s = schema_storage();
+  for (auto& k : keys) {
+    if (find_key(k.path)) continue;  // registering twice is harmless
+    s.push_back(std::move(k));
+  }
 }
 
 }  // namespace mf

@@ -50,7 +50,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   q_proj = register_module("q_proj", lin(c.d_model, n_heads * head_dim));
   k_proj = register_module("k_proj", lin(c.d_model, n_kv_heads * head_dim));
   v_proj = register_module("v_proj", lin(c.d_model, n_kv_heads * head_dim));
-  o_proj = register_module("o_proj", lin(n_heads * head_dim, c.d_model));
+  o_proj = register_module("o_proj", std::make_shared<OutputLinearImpl>(n_heads * head_dim, c.d_model));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache) {
@@ -93,17 +93,35 @@ SwiGLU::SwiGLU(int64_t d, int64_t hidden) {
   auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
   gate_proj = register_module("gate_proj", lin(d, hidden));
   up_proj = register_module("up_proj", lin(d, hidden));
-  down_proj = register_module("down_proj", lin(hidden, d));
+  down_proj = register_module("down_proj", std::make_shared<OutputLinearImpl>(hidden, d));
 }
 
 torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
-std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool) {
-  if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer, std::move(pool));
-  if (c.ffn == "swiglu" || c.ffn == "moe") return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
-  throw std::invalid_argument("unknown model.ffn '" + c.ffn + "'");
+namespace {
+std::map<std::string, FeedForwardFactory>& ffn_kinds() {
+  static std::map<std::string, FeedForwardFactory> kinds = {
+      {"swiglu", [](const ModelConfig& c, int64_t, const MoEPlan&) -> std::shared_ptr<FeedForward> {
+         return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
+       }},
+      {"moe", [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
+         if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer, plan);
+         return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
+       }},
+  };
+  return kinds;
+}
+}  // namespace
+
+void register_ffn_kind(const std::string& kind, FeedForwardFactory make) { ffn_kinds()[kind] = std::move(make); }
+bool is_ffn_kind(const std::string& kind) { return ffn_kinds().count(kind) > 0; }
+
+std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer, const MoEPlan& plan) {
+  auto it = ffn_kinds().find(c.ffn);
+  if (it == ffn_kinds().end()) throw ConfigError("model.ffn = \"" + c.ffn + "\" is not a registered FFN-slot kind");
+  return it->second(c, layer, plan);
 }
 
 }  // namespace mf

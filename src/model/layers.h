@@ -4,12 +4,14 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
+#include "core/param_roles.h"
 
 namespace mf {
 
@@ -21,14 +23,23 @@ struct AuxLosses {
 };
 
 // y = x / sqrt(mean(x^2) + eps) * weight
-class RMSNormImpl : public torch::nn::Module {
+class RMSNormImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   RMSNormImpl(int64_t dim, double eps);
+  ParamRoleList param_roles() const override { return {{"weight", ParamRole::Gain}}; }
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   double eps;
 };
 TORCH_MODULE(RMSNorm);
+
+// A bias-free Linear whose output joins the residual stream (ParamRole::Output: scaled init).
+class OutputLinearImpl : public torch::nn::LinearImpl, public DeclaresParamRoles {
+ public:
+  OutputLinearImpl(int64_t in, int64_t out) : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out).bias(false)) {}
+  ParamRoleList param_roles() const override { return {{"weight", ParamRole::Output}}; }
+};
+using OutputLinear = std::shared_ptr<OutputLinearImpl>;
 
 // Rotary position embedding, Hugging Face "rotate_half" layout: for pair (i, i + D/2)
 // at position p with angle a = p * theta^(-2i/D):  x_i' = x_i cos a - x_{i+D/2} sin a,
@@ -52,17 +63,17 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
+  OutputLinear o_proj;
   int64_t n_heads, n_kv_heads, head_dim;
 };
 TORCH_MODULE(Attention);
 
-// The FFN slot of a block. Dense SwiGLU today; MoE layers implement the same interface
-// and report their auxiliary losses through `aux`, so the trainer never changes.
+// The FFN slot of a block. Dense SwiGLU and MoE layers implement the same interface and
+// report their auxiliary losses through `aux`, so the trainer never changes.
 class FeedForward : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) = 0;
-  virtual std::vector<std::string> output_projection_names() const = 0;  // for scaled init
 };
 
 // SwiGLU: W2 (silu(W1 x) * W3 x)  (HF names: gate_proj = W1, up_proj = W3, down_proj = W2)
@@ -70,14 +81,17 @@ class SwiGLU : public FeedForward {
  public:
   SwiGLU(int64_t d_model, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
-  std::vector<std::string> output_projection_names() const override { return {"down_proj.weight"}; }
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr};
+  OutputLinear down_proj;
 };
 
-struct ExpertPool;  // model/moe_ffn.h
-// Builds the FFN slot of block `layer` from the config (the one place new FFN kinds plug in);
-// `pool` is the UniPool group the layer routes into, if any.
-std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer,
-                                               std::shared_ptr<ExpertPool> pool = nullptr);
+// FFN-slot kinds (model.ffn): "swiglu" and "moe" are built in; a method may register its own.
+// A factory builds block `layer`'s slot; `plan` holds the MoE blocks' shapes and extensions.
+struct MoEPlan;
+using FeedForwardFactory =
+    std::function<std::shared_ptr<FeedForward>(const ModelConfig& c, int64_t layer, const MoEPlan& plan)>;
+void register_ffn_kind(const std::string& kind, FeedForwardFactory make);
+bool is_ffn_kind(const std::string& kind);
+std::shared_ptr<FeedForward> make_feed_forward(const ModelConfig& c, int64_t layer, const MoEPlan& plan);
 
 }  // namespace mf

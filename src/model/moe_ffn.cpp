@@ -1,125 +1,139 @@
 #include "model/moe_ffn.h"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 namespace mf {
+namespace {
 
-static RouterOptions router_options(const ModelConfig& c, const MoELayerShape& shape) {
+std::vector<std::pair<std::string, MoEExtensionFactory>>& extension_registry() {
+  static std::vector<std::pair<std::string, MoEExtensionFactory>> r;
+  return r;
+}
+
+RouterOptions router_options(const ModelConfig& c, const MoELayerShape& shape) {
   const auto& m = c.moe;
   RouterOptions o;
-  o.kind = m.router, o.num_experts = shape.num_experts, o.top_k = shape.top_k;
-  o.renormalize = m.router == "norm_topk" ? m.norm_renormalize : m.renormalize;
-  o.top_p = m.top_p, o.aux_loss_coef = m.aux_loss_coef, o.z_loss_coef = m.z_loss_coef, o.bias_update = m.bias_update;
-  o.seq_aux_loss_coef = m.seq_aux_loss_coef, o.norm_eps = m.norm_eps;
+  o.kind = m.router;
+  o.num_experts = shape.num_experts;
+  o.top_k = shape.top_k;
+  o.renormalize = m.router == RouterKind::NormTopK ? m.norm_renormalize : m.renormalize;
+  o.top_p = m.top_p;
+  o.aux_loss_coef = m.aux_loss_coef;
+  o.z_loss_coef = m.z_loss_coef;
+  o.bias_update = m.bias_update;
+  o.seq_aux_loss_coef = m.seq_aux_loss_coef;
+  o.norm_eps = m.norm_eps;
   return o;
 }
 
-std::vector<std::shared_ptr<ExpertPool>> make_expert_pools(const ModelConfig& c) {
-  std::vector<std::shared_ptr<ExpertPool>> pools;
-  const auto& m = c.moe;
-  if (c.ffn != "moe" || m.pool_groups == 0) return pools;
-  std::vector<int64_t> moe;
-  for (int64_t i = 0; i < c.n_layers; ++i)
-    if (is_moe_layer(c, i)) moe.push_back(i);
-  const int64_t per_group = static_cast<int64_t>(moe.size()) / m.pool_groups, E = routed_experts(c);
-  for (int64_t g = 0; g < m.pool_groups; ++g) {
-    auto p = std::make_shared<ExpertPool>();
-    p->bank = std::make_shared<ExpertBank>(E, c.d_model, m.expert_hidden, m.activation, m.expert_bias);
-    if (m.pool_aux_loss_coef > 0) p->balance = PoolBalance(E, per_group, m.pool_aux_loss_coef);
-    p->layers.assign(moe.begin() + g * per_group, moe.begin() + (g + 1) * per_group);
-    pools.push_back(p);
-  }
-  return pools;
-}
-
-MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, std::shared_ptr<ExpertPool> pool)
-    : layer(layer_), pool_(std::move(pool)) {
-  const auto& m = c.moe;
-  shape_ = moe_layer_shape(c, layer);
-  gate = register_module("gate", Router(c.d_model, router_options(c, shape_)));
-  const int64_t width = shape_.latent > 0 ? shape_.latent : c.d_model;  // where the routed experts work
-  if (shape_.latent > 0) {
-    using torch::nn::LinearOptions;
-    latent_down = register_module("latent_down", torch::nn::Linear(LinearOptions(c.d_model, width).bias(false)));
-    latent_up = register_module("latent_up", torch::nn::Linear(LinearOptions(width, c.d_model).bias(false)));
-  }
-  if (!pool_) {
-    experts = register_module("experts", std::make_shared<ExpertBank>(shape_.num_experts, width, shape_.expert_hidden,
-                                                                         m.activation, m.expert_bias));
-  } else {
-    experts = pool_->bank;
-    if (pool_->layers.front() == layer) {
-      register_module("experts", experts);
-      if (pool_->balance) register_module("pool_balance", pool_->balance);
-    }
-  }
-  if (shape_.shared_hidden > 0)
-    shared_experts = register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden, "swiglu"));
-  dispatch_.capacity_factor = m.capacity_factor;
-  loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
-  pending_load_.assign(experts->num_units(), 0);
-}
-
-// Probe: k distinct units per token, uniform over the candidates (the router's weights kept).
-// The draw is the engine's uniform_random router over candidate slots, mapped to expert ids.
-static at::Tensor random_units(const MoEFeedForward::RandomRouting& r, int64_t tokens, int64_t k, uint64_t seed) {
+// Probe: k distinct units per token, uniform over the candidates, drawn by the engine's
+// uniform_random router over candidate slots and mapped to expert ids.
+at::Tensor random_units(const MoEFeedForward::RandomRouting& r, int64_t tokens, int64_t k, uint64_t seed,
+                        const at::Tensor& like) {
   const auto n = static_cast<int64_t>(r.candidates.size());
   TORCH_CHECK(n >= k, "random routing: ", n, " candidate experts for top-", k);
   RouterOptions o;
-  o.kind = "uniform_random", o.num_experts = n, o.top_k = k, o.seed = seed, o.aux_loss_coef = 0, o.z_loss_coef = 0;
+  o.kind = RouterKind::UniformRandom;
+  o.num_experts = n;
+  o.top_k = k;
+  o.seed = seed;
+  o.aux_loss_coef = 0;
+  o.z_loss_coef = 0;
   RouterImpl draw(1, o);
-  auto slots = draw.forward(torch::zeros({tokens, 1})).assignment.unit;
-  return torch::tensor(r.candidates, torch::kLong).index_select(0, slots);
+  auto slots_P = draw.forward(torch::zeros({tokens, 1})).assignment.unit_P;
+  return torch::tensor(r.candidates, torch::kLong).index_select(0, slots_P).to(like.device());
+}
+
+}  // namespace
+
+void register_moe_extension(const std::string& name, MoEExtensionFactory make) {
+  auto& r = extension_registry();
+  for (auto& [n, f] : r)
+    if (n == name) return;  // registering twice is harmless
+  r.emplace_back(name, std::move(make));
+}
+
+MoEPlan plan_moe(const ModelConfig& c) {
+  MoEPlan plan;
+  const auto& m = c.moe;
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    if (is_moe_layer(c, i))
+      plan.shapes[i] = {0, m.expert_hidden, m.num_experts, m.top_k, m.n_shared * m.expert_hidden, m.num_experts};
+  for (auto& [name, make] : extension_registry())
+    if (auto ext = make(c)) plan.extensions.push_back(ext);
+  for (auto& ext : plan.extensions) ext->plan(plan.shapes);
+  for (auto& [layer, s] : plan.shapes)
+    if (s.top_k > s.num_experts)
+      throw ConfigError(fmt::format("MoE block {}: top-k {} exceeds the {} experts its router chooses among "
+                                    "(model.moe.top_k / model.moe.num_experts, or a method's shape keys)",
+                                    layer, s.top_k, s.num_experts));
+  return plan;
+}
+
+MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, const MoEPlan& plan)
+    : layer(layer_), extensions_(plan.extensions), d_model_(c.d_model) {
+  const auto& m = c.moe;
+  shape_ = plan.shapes.at(layer);
+  gate = register_module("gate", Router(c.d_model, router_options(c, shape_)));
+  for (auto& ext : extensions_) ext->attach(*this);
+  if (!experts)
+    experts = register_module("experts", std::make_shared<ExpertBank>(shape_.num_experts, width(), shape_.expert_hidden,
+                                                                         m.activation, m.expert_bias));
+  if (shape_.shared_hidden > 0)
+    shared_experts = register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden));
+  dispatch_.capacity_factor = m.capacity_factor;
+  loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
 }
 
 torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
-  auto flat = x.reshape({-1, x.size(-1)});
-  gate->set_sequence_length(x.dim() == 3 ? x.size(1) : flat.size(0));
-  auto routed = gate->forward(flat);
+  auto x_TD = x.reshape({-1, x.size(-1)});
+  gate->set_sequence_length(x.dim() == 3 ? x.size(1) : x_TD.size(0));
+  auto routed = gate->forward(x_TD);
   auto& a = routed.assignment;
   if (random_routing) {
-    const int64_t k = a.unit.numel() / std::max<int64_t>(1, a.num_tokens);
-    a.unit = random_units(*random_routing, a.num_tokens, k, random_routing->seed + static_cast<uint64_t>(probe_calls_++));
+    const int64_t k = a.unit_P.numel() / std::max<int64_t>(1, a.num_tokens);
+    const auto seed = random_routing->seed + static_cast<uint64_t>(probe_calls_++);
+    a.unit_P = random_units(*random_routing, a.num_tokens, k, seed, a.unit_P);
   }
-  if (pool_ && pool_->balance) {
-    const bool record = is_training() && torch::GradMode::is_enabled();
-    if (auto l = pool_->balance->layer_loss(routed.scores, a.unit, record); l.defined())
-      routed.losses.emplace_back("pool_aux", l);
-  }
-  // LatentMoE: route on x, dispatch and combine in the latent space, project back up
-  auto units_in = latent_down ? latent_down->forward(flat) : flat;
+  const bool record = is_training() && torch::GradMode::is_enabled();
+  for (auto& ext : extensions_) ext->routed(*this, routed, record);
+  auto units_in = x_TD;
+  for (auto& ext : extensions_) units_in = ext->units_input(*this, units_in);
   if (dispatch_hook) dispatch_hook(units_in, a);
   auto result = dispatch(units_in, a, *experts, dispatch_);
-  auto y = latent_up ? latent_up->forward(result.output) : result.output;
-  if (shared_experts) y = y + shared_experts->forward_unit(0, flat);
+  auto y_TD = result.y_TD;
+  for (auto it = extensions_.rbegin(); it != extensions_.rend(); ++it) y_TD = (*it)->units_output(*this, y_TD);
+  if (shared_experts) y_TD = y_TD + shared_experts->forward_unit(0, x_TD);
   for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
   {
     torch::NoGradGuard g;
-    last_ = routing_stats(routed);
+    last_ = tally_routing(routed);
     last_.dropped = result.dropped;
     // only training batches drive the balancing bias (evaluation must not change training)
-    if (is_training())
-      for (size_t e = 0; e < last_.load.size(); ++e) pending_load_[e] += last_.load[e];
+    if (is_training()) pending_load_E_ = pending_load_E_.defined() ? pending_load_E_ + last_.load_E : last_.load_E;
   }
-  return y.view(x.sizes());
+  return y_TD.view(x.sizes());
 }
 
 void MoEFeedForward::after_optimizer_step() {
-  gate->update_selection_bias(pending_load_);
-  std::fill(pending_load_.begin(), pending_load_.end(), 0);
+  gate->update_selection_bias(pending_load_E_);
+  pending_load_E_ = at::Tensor();
 }
 
+RoutingStats MoEFeedForward::last_stats() const { return read_routing(last_); }
+
 nlohmann::json MoEFeedForward::stats_json() const {
-  nlohmann::json j = {{"layer", layer}, {"load", last_.load}, {"cv", last_.cv()}, {"max_over_mean", last_.max_over_mean()},
-                      {"entropy", last_.entropy}, {"dead", last_.dead_units()},
-                      {"units_per_token", last_.mean_units_per_token}, {"dropped", last_.dropped}};
-  if (!last_.load.empty()) {
-    j["load_min"] = *std::min_element(last_.load.begin(), last_.load.end());
-    j["load_max"] = *std::max_element(last_.load.begin(), last_.load.end());
+  const auto s = last_stats();
+  nlohmann::json j = {{"layer", layer},        {"load", s.load},          {"cv", s.cv()},
+                      {"max_over_mean", s.max_over_mean()}, {"entropy", s.entropy}, {"dead", s.dead_units()},
+                      {"units_per_token", s.mean_units_per_token},  {"dropped", s.dropped}};
+  if (!s.load.empty()) {
+    j["load_min"] = *std::min_element(s.load.begin(), s.load.end());
+    j["load_max"] = *std::max_element(s.load.begin(), s.load.end());
   }
   if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
-  for (auto& [name, v] : last_.losses) j[name] = v;
+  for (auto& [name, v] : s.losses) j[name] = v;
   return j;
 }
 

@@ -1,71 +1,96 @@
 // The MoE FFN slot: router -> dispatch -> expert bank (+ shared experts), composed from
-// src/moe. Tensor names follow HF: mlp.gate.weight, mlp.experts.{gate_up_proj,down_proj},
-// mlp.shared_experts.*.
+// src/moe. Methods plug in through MoEExtension (registered by name, made per model when the
+// config enables them): they may reshape layers, hand a layer a shared bank, wrap the routed
+// path (e.g. a latent projection) and add losses. The slot knows no paper.
+// Tensor names follow HF: mlp.gate.weight, mlp.experts.{gate_up_proj,down_proj}, mlp.shared_experts.*.
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include <torch/nn/modules/linear.h>
-
 #include <functional>
+#include <map>
 #include <optional>
 
 #include "model/layers.h"
 #include "moe/banks.h"
 #include "moe/dispatch.h"
-#include "moe/pool_balance.h"
 #include "moe/routers.h"
 
 namespace mf {
 
-// A UniPool group: one expert bank and balance state shared by the group's MoE layers. The
-// group's first layer registers them under its mlp (so the checkpoint stores them once and a
-// group of one layer is exactly a vanilla MoE layer); the others hold references.
-struct ExpertPool {
-  std::shared_ptr<ExpertBank> bank;
-  PoolBalance balance{nullptr};  // null without a pool-level loss
-  std::vector<int64_t> layers;   // block indices of the group, ascending
+// The resolved shape of one MoE layer.
+struct MoELayerShape {
+  int64_t latent = 0;  // l; 0 = routed experts work on the full width D
+  int64_t expert_hidden = 0, num_experts = 0, top_k = 0;
+  int64_t shared_hidden = 0;    // width of the full-width shared SwiGLU expert (0 = none)
+  int64_t vanilla_experts = 0;  // experts a private layer of this shape would store (accounting)
+  bool operator==(const MoELayerShape& o) const {
+    return latent == o.latent && expert_hidden == o.expert_hidden && num_experts == o.num_experts &&
+           top_k == o.top_k && shared_hidden == o.shared_hidden;
+  }
 };
 
-// The pools of a model (empty unless model.moe.pool_groups > 0); pools[g] serves group g.
-std::vector<std::shared_ptr<ExpertPool>> make_expert_pools(const ModelConfig& c);
+class MoEFeedForward;
+
+class MoEExtension {
+ public:
+  virtual ~MoEExtension() = default;
+  // Sees every MoE block's shape (block index -> shape) before any slot is built; may change them.
+  virtual void plan(std::map<int64_t, MoELayerShape>& shapes) {}
+  // Runs in the slot's constructor after the router, before the slot makes a private bank:
+  // may register modules on the slot or set slot.experts to a shared bank.
+  virtual void attach(MoEFeedForward& slot) {}
+  // The routed path: x_TD -> what the units see; their combined output -> the residual width.
+  virtual at::Tensor units_input(const MoEFeedForward& slot, const at::Tensor& x_TD) { return x_TD; }
+  virtual at::Tensor units_output(const MoEFeedForward& slot, const at::Tensor& y) { return y; }
+  // After routing: add losses to `routed.losses` (`record`: training with gradients).
+  virtual void routed(MoEFeedForward& slot, RouterOutput& routed, bool record) {}
+};
+// Returns null when the config does not enable the method.
+using MoEExtensionFactory = std::function<std::shared_ptr<MoEExtension>(const ModelConfig&)>;
+void register_moe_extension(const std::string& name, MoEExtensionFactory make);
+
+// The MoE blocks' shapes and the enabled extensions of one model (throws ConfigError).
+struct MoEPlan {
+  std::map<int64_t, MoELayerShape> shapes;
+  std::vector<std::shared_ptr<MoEExtension>> extensions;
+};
+MoEPlan plan_moe(const ModelConfig& c);
 
 class MoEFeedForward : public FeedForward {
  public:
-  MoEFeedForward(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool = nullptr);
+  MoEFeedForward(const ModelConfig& c, int64_t layer, const MoEPlan& plan);
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
-  std::vector<std::string> output_projection_names() const override {
-    return {"experts.down_proj", "shared_experts.down_proj", "latent_up.weight"};
-  }
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
-  nlohmann::json stats_json() const;  // statistics of the last forward pass
-  const RoutingStats& last_stats() const { return last_; }
-  const std::shared_ptr<ExpertPool>& pool() const { return pool_; }  // null for private experts
+  nlohmann::json stats_json() const;       // statistics of the last forward pass (reads the device once)
+  RoutingStats last_stats() const;         // the same, as numbers
+  const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
+  const MoELayerShape& shape() const { return shape_; }
+  int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work
 
   // Routing-randomization probe: when set, each token's k experts are drawn uniformly (without
-  // replacement) from `candidates`; the router's own combine weights are kept.
+  // replacement) from `candidates` by the engine's uniform_random router; the combine weights are kept.
   struct RandomRouting {
     std::vector<int64_t> candidates;
     uint64_t seed = 0;
   };
   std::optional<RandomRouting> random_routing;
-
-  const MoELayerShape& shape() const { return shape_; }
   // Sees what the routed experts get (latent rows for LatentMoE) and the assignment (diagnostics).
   std::function<void(const at::Tensor& units_input, const Assignment&)> dispatch_hook;
 
   Router gate{nullptr};
   std::shared_ptr<ExpertBank> experts, shared_experts;
-  torch::nn::Linear latent_down{nullptr}, latent_up{nullptr};  // LatentMoE W_down [l, d], W_up [d, l]
   int64_t layer;
+  int64_t bank_group = -1;  // index of the shared bank this layer routes into (-1: its own experts)
 
  private:
+  std::vector<std::shared_ptr<MoEExtension>> extensions_;
   DispatchOptions dispatch_;
   double loss_scale_;  // 1 / number of MoE layers: the model loss adds the mean over layers
-  RoutingStats last_;
-  std::vector<int64_t> pending_load_;
-  std::shared_ptr<ExpertPool> pool_;
+  RoutingTally last_;
+  at::Tensor pending_load_E_;
   MoELayerShape shape_;
+  int64_t d_model_;
   int64_t probe_calls_ = 0;
 };
 

@@ -11,11 +11,11 @@
 
 namespace mf {
 
-DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool) {
+DecoderBlockImpl::DecoderBlockImpl(const ModelConfig& c, int64_t layer, const MoEPlan& plan) {
   input_layernorm = register_module("input_layernorm", RMSNorm(c.d_model, c.norm_eps));
   self_attn = register_module("self_attn", Attention(c));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.d_model, c.norm_eps));
-  mlp = register_module("mlp", make_feed_forward(c, layer, std::move(pool)));
+  mlp = register_module("mlp", make_feed_forward(c, layer, plan));
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache,
@@ -27,12 +27,9 @@ torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const RopeTable&
 DecoderImpl::DecoderImpl(const ModelConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.d_model));
   layers = register_module("layers", torch::nn::ModuleList());
-  pools = make_expert_pools(c);
+  moe_plan = std::make_shared<MoEPlan>(plan_moe(c));
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    std::shared_ptr<ExpertPool> pool;
-    for (auto& p : pools)
-      if (std::find(p->layers.begin(), p->layers.end(), i) != p->layers.end()) pool = p;
-    blocks.emplace_back(c, i, pool);
+    blocks.emplace_back(c, i, *moe_plan);
     layers->push_back(blocks.back());
   }
   norm = register_module("norm", RMSNorm(c.d_model, c.norm_eps));
@@ -61,31 +58,19 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   return forward(tokens, aux);
 }
 
-static bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 void TransformerLMImpl::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
-  std::vector<std::string> out_names = {"self_attn.o_proj.weight"};
-  for (auto& b : model->blocks)
-    for (auto& n : b->mlp->output_projection_names()) out_names.push_back("mlp." + n);
+  const auto roles = collect_param_roles(*this);
   for (auto& p : named_parameters()) {
-    const auto& name = p.key();
     auto& t = p.value();
-    if (ends_with(name, "norm.weight") || ends_with(name, "norm_scale")) {
-      t.fill_(1.0);
-      continue;
+    switch (roles.at(p.key())) {
+      case ParamRole::Gain: t.fill_(1.0); break;
+      case ParamRole::Bias: t.zero_(); break;
+      case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
+      default: t.normal_(0.0, cfg_.init_std, gen);
     }
-    if (ends_with(name, "bias")) {
-      t.zero_();
-      continue;
-    }
-    bool is_out = false;
-    for (auto& o : out_names) is_out |= ends_with(name, o);
-    t.normal_(0.0, is_out ? out_std : cfg_.init_std, gen);
   }
 }
 
@@ -101,15 +86,15 @@ ParamCounts TransformerLMImpl::param_counts() const {
   std::vector<const ExpertBank*> seen;
   for (auto& m : moe_layers(feed_forwards())) {
     const auto& bank = *m->experts;
-    const int64_t bank_params = bank.gate_up_proj.numel() + bank.down_proj.numel() +
-                                (bank.gate_up_proj_bias.defined() ? bank.gate_up_proj_bias.numel() + bank.down_proj_bias.numel() : 0);
+    const int64_t bank_params = bank.parameter_count();
     const int64_t per_expert = bank_params / bank.num_units();
     if (std::find(seen.begin(), seen.end(), &bank) == seen.end()) {
       seen.push_back(&bank);
-      c.expert_stored += bank_params, c.active -= bank_params;
+      c.expert_stored += bank_params;
+      c.active -= bank_params;
     }
     c.active += m->gate->options().top_k * per_expert;
-    c.expert_vanilla += (m->pool() ? cfg_.moe.num_experts : bank.num_units()) * per_expert;
+    c.expert_vanilla += m->shape().vanilla_experts * per_expert;
     for (auto& p : m->gate->parameters()) c.router += p.numel();
   }
   return c;

@@ -11,7 +11,7 @@ namespace mf {
 // pre-norm block: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<ExpertPool> pool = nullptr);
+  DecoderBlockImpl(const ModelConfig& c, int64_t layer, const MoEPlan& plan);
   torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache, AuxLosses& aux);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
@@ -19,13 +19,14 @@ class DecoderBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderBlock);
 
-class DecoderImpl : public torch::nn::Module {
+class DecoderImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   explicit DecoderImpl(const ModelConfig& c);
+  ParamRoleList param_roles() const override { return {{"embed_tokens.weight", ParamRole::Embedding}}; }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::vector<DecoderBlock> blocks;  // the same modules as `layers`, typed
-  std::vector<std::shared_ptr<ExpertPool>> pools;  // UniPool groups (empty for private experts)
+  std::shared_ptr<MoEPlan> moe_plan;  // the MoE blocks' shapes and the methods' extensions
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Decoder);
@@ -46,8 +47,9 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr,
                         std::vector<torch::Tensor>* block_outputs = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
-  // normal(0, init_std) everywhere, ones for norms, output projections scaled by
-  // 1/sqrt(2 n_layers) when model.scale_out_init; deterministic in `seed`.
+  // By parameter role (core/param_roles.h): normal(0, init_std) for weights and embeddings,
+  // output projections scaled by 1/sqrt(2 n_layers) when model.scale_out_init, ones for
+  // gains, zeros for biases; deterministic in `seed`.
   void init_weights(uint64_t seed);
   ParamCounts param_counts() const;
   std::vector<std::shared_ptr<FeedForward>> feed_forwards() const;

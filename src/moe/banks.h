@@ -6,13 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+#include "core/param_roles.h"
+
 namespace mf {
 
 class UnitBank : public torch::nn::Module {
  public:
   virtual int64_t num_units() const = 0;
-  // rows [N, d] sorted by unit, counts[u] rows for unit u in order -> outputs [N, d]
-  virtual at::Tensor forward_grouped(const at::Tensor& rows, const std::vector<int64_t>& counts) = 0;
+  // rows_PD sorted by unit, counts_E[u] rows for unit u in order -> outputs [P, D]
+  virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) = 0;
   // one unit on arbitrary rows (dense reference, probes)
   virtual at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) = 0;
 };
@@ -20,20 +23,23 @@ class UnitBank : public torch::nn::Module {
 // E FFN experts stored stacked, in the layout HF v5 and torchtitan use:
 //   gate_up_proj [E, 2F, D] (gate rows first, then up), down_proj [E, D, F].
 // SwiGLU: down (silu(gate x) * up x), gate_up_proj [E, 2F, D];  GELU: down gelu(W x), [E, F, D].
-class ExpertBank : public UnitBank {
+class ExpertBank : public UnitBank, public DeclaresParamRoles {
  public:
-  ExpertBank(int64_t num_experts, int64_t d_model, int64_t hidden, std::string activation = "swiglu",
+  ExpertBank(int64_t num_experts, int64_t d_model, int64_t expert_hidden, Activation activation = Activation::SwiGLU,
              bool bias = false);
   int64_t num_units() const override { return num_experts_; }
-  at::Tensor forward_grouped(const at::Tensor& rows, const std::vector<int64_t>& counts) override;
+  int64_t expert_hidden() const { return expert_hidden_; }
+  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
+  ParamRoleList param_roles() const override;
+  int64_t parameter_count() const;
 
-  at::Tensor gate_up_proj, down_proj;
+  at::Tensor gate_up_proj, down_proj;            // gate_up_E2FD (or _EFD for GELU), down_EDF
   at::Tensor gate_up_proj_bias, down_proj_bias;  // [E, 2F|F], [E, D]; undefined without biases
 
  private:
-  int64_t num_experts_, hidden_;
-  std::string activation_;
+  int64_t num_experts_, expert_hidden_;
+  Activation activation_;
 };
 
 }  // namespace mf

@@ -6,34 +6,40 @@
 
 namespace mf {
 
-DispatchResult dispatch(const at::Tensor& x, const Assignment& a, UnitBank& bank, const DispatchOptions& opt) {
+DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt) {
   const int64_t E = bank.num_units();
-  auto order = std::get<1>(a.unit.sort(/*stable=*/true, 0, /*descending=*/false));  // ties keep token order
-  auto unit = a.unit.index_select(0, order), token = a.token.index_select(0, order);
-  auto weight = a.weight.index_select(0, order);
+  auto order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));  // ties keep token order
+  auto unit_P = a.unit_P.index_select(0, order_P);
+  auto token_P = a.token_P.index_select(0, order_P);
+  auto weight_P = a.weight_P.index_select(0, order_P);
   DispatchResult r;
+  r.dropped = torch::zeros({}, unit_P.options());
   if (opt.capacity_factor > 0) {  // keep the first `cap` pairs of each unit (token order)
-    const auto cap = static_cast<int64_t>(std::ceil(opt.capacity_factor * static_cast<double>(a.unit.numel()) / E));
-    auto starts = at::bincount(unit, {}, E).cumsum(0) - at::bincount(unit, {}, E);
-    auto rank = torch::arange(unit.numel(), torch::kLong) - starts.index_select(0, unit);
-    auto keep = (rank < cap).nonzero().squeeze(1);
-    r.dropped = unit.numel() - keep.numel();
-    unit = unit.index_select(0, keep), token = token.index_select(0, keep), weight = weight.index_select(0, keep);
+    const auto cap = static_cast<int64_t>(std::ceil(opt.capacity_factor * static_cast<double>(a.unit_P.numel()) / E));
+    auto counts_E = at::bincount(unit_P, {}, E);
+    auto starts_E = counts_E.cumsum(0) - counts_E;
+    auto rank_P = torch::arange(unit_P.numel(), unit_P.options()) - starts_E.index_select(0, unit_P);
+    auto keep = (rank_P < cap).nonzero().squeeze(1);
+    r.dropped = r.dropped + (unit_P.numel() - keep.numel());
+    unit_P = unit_P.index_select(0, keep);
+    token_P = token_P.index_select(0, keep);
+    weight_P = weight_P.index_select(0, keep);
   }
-  auto counts_t = at::bincount(unit, {}, E);
-  std::vector<int64_t> counts(counts_t.data_ptr<int64_t>(), counts_t.data_ptr<int64_t>() + E);
-  auto rows = x.index_select(0, token);
-  auto out = bank.forward_grouped(rows, counts) * weight.to(x.dtype()).unsqueeze(1);
-  r.output = torch::zeros_like(x).index_add(0, token, out);
+  auto counts_E = at::bincount(unit_P, {}, E);
+  auto rows_PD = x_TD.index_select(0, token_P);
+  auto out_PD = bank.forward_grouped(rows_PD, counts_E) * weight_P.to(x_TD.dtype()).unsqueeze(1);
+  r.y_TD = torch::zeros_like(x_TD).index_add(0, token_P, out_PD);
   return r;
 }
 
-at::Tensor dense_reference(const at::Tensor& x, const Assignment& a, UnitBank& bank) {
-  const int64_t T = x.size(0), E = bank.num_units();
-  auto W = torch::zeros({T * E}, x.options()).index_add(0, a.token * E + a.unit, a.weight.to(x.dtype())).view({T, E});
-  auto y = torch::zeros_like(x);
-  for (int64_t e = 0; e < E; ++e) y = y + W.select(1, e).unsqueeze(1) * bank.forward_unit(e, x);
-  return y;
+at::Tensor dense_reference(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
+  const int64_t T = x_TD.size(0), E = bank.num_units();
+  auto w_TE = torch::zeros({T * E}, x_TD.options())
+                  .index_add(0, a.token_P * E + a.unit_P, a.weight_P.to(x_TD.dtype()))
+                  .view({T, E});
+  auto y_TD = torch::zeros_like(x_TD);
+  for (int64_t e = 0; e < E; ++e) y_TD = y_TD + w_TE.select(1, e).unsqueeze(1) * bank.forward_unit(e, x_TD);
+  return y_TD;
 }
 
 }  // namespace mf

@@ -1,4 +1,4 @@
-// The one dispatch engine: y[t] = sum over pairs i with token_i = t of weight_i * unit_{u_i}(x[t]).
+// The one dispatch engine: y[t] = sum over pairs p with token_P[p] = t of weight_P[p] * unit_{unit_P[p]}(x[t]).
 // Stable sort by unit -> gather rows -> grouped unit computation -> scale -> scatter-add.
 #pragma once
 #include "moe/banks.h"
@@ -7,18 +7,18 @@
 namespace mf {
 
 struct DispatchOptions {
-  double capacity_factor = 0;  // 0 = dropless; else each unit keeps ceil(cf * N / E) pairs
+  double capacity_factor = 0;  // 0 = dropless; else each unit keeps ceil(cf * P / E) pairs
 };
 
 struct DispatchResult {
-  at::Tensor output;       // [T, d]
-  int64_t dropped = 0;     // pairs dropped by the capacity limit
+  at::Tensor y_TD;
+  at::Tensor dropped;  // int64 scalar: pairs dropped by the capacity limit
 };
 
-DispatchResult dispatch(const at::Tensor& x, const Assignment& a, UnitBank& bank, const DispatchOptions& opt = {});
+DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt = {});
 
 // Numerical ground truth: every unit on every token, combined with a dense [T, E] weight
 // matrix that is zero where a token was not routed.
-at::Tensor dense_reference(const at::Tensor& x, const Assignment& a, UnitBank& bank);
+at::Tensor dense_reference(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank);
 
 }  // namespace mf

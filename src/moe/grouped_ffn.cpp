@@ -8,7 +8,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Per expert e with rows X [n, D], W1 = gate_up[e], W2 = down[e]:
+// Per expert e with rows X [n, D] (n = counts_E[e]), W1 = gate_up[e], W2 = down[e]:
 //   H = X W1^T (+ b1)     [n, 2F]   (G = H[:, :F], U = H[:, F:])
 //   A = silu(G) * U       [n, F]    (gelu: A = gelu(H))
 //   Y = A W2^T (+ b2)     [n, D]
@@ -19,10 +19,10 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& gate_up,
                             const at::Tensor& down, const at::Tensor& b1, const at::Tensor& b2,
                             const std::vector<int64_t>& counts, bool swiglu) {
-    const int64_t N = rows.size(0), D = rows.size(1), H2 = gate_up.size(1), F = down.size(2);
-    auto h = at::empty({N, H2}, rows.options());
-    auto a = at::empty({N, F}, rows.options());
-    auto y = at::empty({N, D}, rows.options());
+    const int64_t P = rows.size(0), D = rows.size(1), H2 = gate_up.size(1), F = down.size(2);
+    auto h = at::empty({P, H2}, rows.options());
+    auto a = at::empty({P, F}, rows.options());
+    auto y = at::empty({P, D}, rows.options());
     int64_t off = 0;
     for (size_t e = 0; e < counts.size(); ++e) {
       const int64_t n = counts[e];
@@ -83,12 +83,14 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
 
 }  // namespace
 
-at::Tensor grouped_ffn(const at::Tensor& rows, const at::Tensor& gate_up, const at::Tensor& down,
-                       const std::vector<int64_t>& counts, bool swiglu, const at::Tensor& gate_up_bias,
+at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down_EDF,
+                       const at::Tensor& counts_E, bool swiglu, const at::Tensor& gate_up_bias,
                        const at::Tensor& down_bias) {
+  auto host = counts_E.to(at::kCPU, at::kLong).contiguous();
+  std::vector<int64_t> counts(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
   // autograd::Function takes no undefined tensors: an empty one stands for "no bias"
-  auto none = at::empty({0}, rows.options());
-  return GroupedFFN::apply(rows.contiguous(), gate_up, down, gate_up_bias.defined() ? gate_up_bias : none,
+  auto none = at::empty({0}, rows_PD.options());
+  return GroupedFFN::apply(rows_PD.contiguous(), gate_up, down_EDF, gate_up_bias.defined() ? gate_up_bias : none,
                            down_bias.defined() ? down_bias : none, counts, swiglu);
 }
 

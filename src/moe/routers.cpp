@@ -14,63 +14,35 @@
 
 namespace mf {
 
-int64_t RoutingStats::dead_units() const {
-  return std::count(load.begin(), load.end(), int64_t{0});
+at::Tensor switch_aux_loss(const at::Tensor& probs_TE, const at::Tensor& unit_P, int64_t E, double alpha) {
+  const double pairs = static_cast<double>(std::max<int64_t>(1, unit_P.numel()));
+  auto f_E = at::bincount(unit_P, {}, E).to(probs_TE.dtype()) / pairs;
+  auto P_E = probs_TE.mean(0);
+  return alpha * static_cast<double>(E) * (f_E * P_E).sum();
 }
 
-double RoutingStats::max_over_mean() const {
-  if (load.empty()) return 0;
-  double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
-  return mean > 0 ? static_cast<double>(*std::max_element(load.begin(), load.end())) / mean : 0;
-}
-
-double RoutingStats::cv() const {
-  if (load.empty()) return 0;
-  double n = static_cast<double>(load.size()), mean = std::accumulate(load.begin(), load.end(), 0.0) / n, var = 0;
-  for (auto l : load) var += (l - mean) * (l - mean) / n;
-  return mean > 0 ? std::sqrt(var) / mean : 0;
-}
-
-RoutingStats routing_stats(const RouterOutput& out) {
-  RoutingStats s;
-  const auto& a = out.assignment;
-  auto load = at::bincount(a.unit, {}, a.num_units);
-  s.load.assign(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + a.num_units);
-  if (out.probs.defined() && a.num_tokens > 0) {
-    auto p = out.probs.to(at::kDouble);
-    p = p / p.sum(-1, true).clamp_min(1e-30);  // NormRouter scores are not a distribution
-    s.entropy = (-(p * p.clamp_min(1e-30).log()).sum(-1)).mean().item<double>();
-  }
-  s.mean_units_per_token = a.num_tokens ? static_cast<double>(a.unit.numel()) / static_cast<double>(a.num_tokens) : 0;
-  for (auto& [name, v] : out.losses) s.losses.emplace_back(name, v.item<double>());
-  return s;
-}
-
-at::Tensor switch_aux_loss(const at::Tensor& probs, const at::Tensor& unit, int64_t E, double alpha) {
-  auto f = at::bincount(unit, {}, E).to(probs.dtype()) / static_cast<double>(std::max<int64_t>(1, unit.numel()));
-  auto P = probs.mean(0);
-  return alpha * static_cast<double>(E) * (f * P).sum();
-}
-
-at::Tensor sequence_aux_loss(const at::Tensor& probs, const at::Tensor& token, const at::Tensor& unit,
+at::Tensor sequence_aux_loss(const at::Tensor& scores_TE, const at::Tensor& token_P, const at::Tensor& unit_P,
                              int64_t seq_len, int64_t top_k, double alpha) {
-  const int64_t T = probs.size(0), E = probs.size(1), S = T / seq_len;
-  TORCH_CHECK(seq_len > 0 && T % seq_len == 0, "sequence-wise aux loss: ", T, " tokens are not whole sequences of ", seq_len);
-  auto counts = torch::zeros({S * E}, probs.options()).index_add(0, torch::div(token, seq_len, "trunc") * E + unit,
-                                                               torch::ones({unit.numel()}, probs.options()));
-  auto f = counts.view({S, E}) * (static_cast<double>(E) / static_cast<double>(top_k * seq_len));
-  auto P = probs.view({S, seq_len, E}).mean(1);
-  return alpha * (f * P).sum(1).mean();
+  const int64_t T = scores_TE.size(0), E = scores_TE.size(1);
+  TORCH_CHECK(seq_len > 0 && T % seq_len == 0, "sequence-wise aux loss: ", T, " tokens are not whole sequences of ",
+              seq_len);
+  const int64_t S = T / seq_len;
+  auto pair_SE = torch::div(token_P, seq_len, "trunc") * E + unit_P;
+  auto counts_SE = torch::zeros({S * E}, scores_TE.options())
+                       .index_add(0, pair_SE, torch::ones({unit_P.numel()}, scores_TE.options()));
+  auto f_SE = counts_SE.view({S, E}) * (static_cast<double>(E) / static_cast<double>(top_k * seq_len));
+  auto P_SE = scores_TE.view({S, seq_len, E}).mean(1);
+  return alpha * (f_SE * P_SE).sum(1).mean();
 }
 
-at::Tensor router_z_loss(const at::Tensor& logits, double beta) {
-  return beta * logits.logsumexp(-1).pow(2).mean();
+at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta) {
+  return beta * logits_TE.logsumexp(-1).pow(2).mean();
 }
 
-at::Tensor top_p_counts(const at::Tensor& probs, double threshold) {
-  auto sorted = std::get<0>(probs.sort(-1, /*descending=*/true));
-  auto before = sorted.cumsum(-1) - sorted;  // mass strictly ahead of each entry
-  return (before < threshold).sum(-1);       // >= 1: the first entry is always taken
+at::Tensor top_p_counts(const at::Tensor& probs_TE, double threshold) {
+  auto sorted_TE = std::get<0>(probs_TE.sort(-1, /*descending=*/true));
+  auto before_TE = sorted_TE.cumsum(-1) - sorted_TE;  // mass strictly ahead of each entry
+  return (before_TE < threshold).sum(-1);              // >= 1: the first entry is always taken
 }
 
 double norm_router_constant(int64_t M, int64_t k, int64_t samples) {
@@ -85,7 +57,9 @@ double norm_router_constant(int64_t M, int64_t k, int64_t samples) {
   int64_t used = 0;
   for (int64_t s = 0; s < samples; ++s) {
     for (int64_t i = 0; i < M; i += 2) {  // Box-Muller, two normals per pair of uniforms
-      const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform(), r = std::sqrt(-2.0 * std::log(u1));
+      const double u1 = 1.0 - rng.uniform();
+      const double u2 = rng.uniform();
+      const double r = std::sqrt(-2.0 * std::log(u1));
       x[i] = r * std::cos(2 * M_PI * u2);
       if (i + 1 < M) x[i + 1] = r * std::sin(2 * M_PI * u2);
     }
@@ -96,9 +70,15 @@ double norm_router_constant(int64_t M, int64_t k, int64_t samples) {
     double top = 0;
     for (int64_t i = 0; i < k; ++i) top += x[i] > 0 ? (x[i] / norm) * (x[i] / norm) : 0;
     if (top <= 0) continue;  // all entries negative: 1/0 in the reference code
-    sum += 1.0 / std::sqrt(top), ++used;
+    sum += 1.0 / std::sqrt(top);
+    ++used;
   }
   return cache[key] = used ? sum / static_cast<double>(used) : 1.0;
+}
+
+at::Tensor norm_router_scores(const at::Tensor& logits_TE, const at::Tensor& sigma, double c, double eps) {
+  auto norm_T1 = logits_TE.norm(2, -1, /*keepdim=*/true) + eps;
+  return (logits_TE / norm_T1).relu() * (sigma.to(logits_TE.dtype()) * c);
 }
 
 RouterImpl::RouterImpl(int64_t d_model, RouterOptions opt) : opt_(std::move(opt)) {
@@ -106,78 +86,112 @@ RouterImpl::RouterImpl(int64_t d_model, RouterOptions opt) : opt_(std::move(opt)
               "router: need 1 <= top_k <= num_experts");
   weight = register_parameter("weight", torch::randn({opt_.num_experts, d_model}) * 0.02);
   selection_bias = register_buffer("selection_bias", torch::zeros({opt_.num_experts}));
-  if (opt_.kind == "norm_topk") {
+  if (opt_.kind == RouterKind::NormTopK) {
     norm_scale = register_parameter("norm_scale", torch::ones({1}));
     norm_constant = norm_router_constant(opt_.num_experts, opt_.top_k);
   }
 }
 
-// NormRouter: s = sigma * c * ReLU(z / (||z||_2 + eps)); the norm runs over all E logits
-// before the ReLU, so negative logits shrink the positive scores.
-static at::Tensor norm_router_scores(const at::Tensor& logits, const at::Tensor& sigma, double c, double eps) {
-  auto norm = logits.norm(2, -1, /*keepdim=*/true) + eps;
-  return (logits / norm).relu() * (sigma.to(logits.dtype()) * c);
+static bool is_top_k(RouterKind k) {
+  return k == RouterKind::SoftmaxTopK || k == RouterKind::SigmoidTopK || k == RouterKind::NormTopK;
 }
 
-RouterOutput RouterImpl::forward(const at::Tensor& x) {
-  const auto dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // router math in fp32
-  const int64_t T = x.size(0), E = opt_.num_experts, k = opt_.top_k;
-  auto logits = torch::nn::functional::linear(x.to(dtype), weight.to(dtype));  // [T, E]
-  auto probs = logits.softmax(-1);
+RouterImpl::Scores RouterImpl::score(const at::Tensor& x_TD) const {
+  const auto dtype = x_TD.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // router math in fp32
+  Scores s;
+  s.logits_TE = torch::nn::functional::linear(x_TD.to(dtype), weight.to(dtype));
+  s.probs_TE = s.logits_TE.softmax(-1);
+  switch (opt_.kind) {
+    case RouterKind::SigmoidTopK: s.select_TE = s.logits_TE.sigmoid(); break;
+    case RouterKind::NormTopK:
+      s.select_TE = norm_router_scores(s.logits_TE, norm_scale, norm_constant, opt_.norm_eps);
+      break;
+    default: s.select_TE = s.probs_TE;
+  }
+  return s;
+}
+
+RouterImpl::Selection RouterImpl::select(const Scores& s) {
+  const int64_t T = s.logits_TE.size(0), E = opt_.num_experts, K = opt_.top_k;
+  const auto index_opts = s.logits_TE.options().dtype(at::kLong);
+  Selection sel;
+  auto rows_T = torch::arange(T, index_opts);
+  if (is_top_k(opt_.kind)) {
+    auto key_TE = s.select_TE.detach();
+    if (opt_.bias_update > 0) key_TE = key_TE + selection_bias.to(key_TE.dtype());
+    sel.index_TK = std::get<1>(key_TE.topk(K, -1, /*largest=*/true, /*sorted=*/true));
+    sel.token_P = rows_T.repeat_interleave(K);
+    sel.unit_P = sel.index_TK.reshape({-1});
+  } else if (opt_.kind == RouterKind::TopP) {
+    auto [sorted_TE, order_TE] = s.probs_TE.sort(-1, /*descending=*/true);
+    auto counts_T = top_p_counts(s.probs_TE.detach(), opt_.top_p);
+    sel.keep_TE = torch::arange(E, index_opts).unsqueeze(0) < counts_T.unsqueeze(1);
+    auto pos_P2 = sel.keep_TE.nonzero();  // (token, rank), token-major
+    sel.token_P = pos_P2.select(1, 0);
+    sel.rank_P = pos_P2.select(1, 1);
+    sel.unit_P = order_TE.index({sel.token_P, sel.rank_P});
+    sel.sorted_TE = sorted_TE;
+  } else if (opt_.kind == RouterKind::Balanced) {  // benchmarks
+    sel.token_P = rows_T.repeat_interleave(K);
+    sel.unit_P = torch::arange(T * K, index_opts) % E;
+  } else {  // uniform_random (probes): K distinct units per token
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(opt_.seed + static_cast<uint64_t>(calls_++));
+    auto noise_TE = torch::rand({T, E}, gen, torch::TensorOptions().dtype(torch::kFloat));
+    sel.token_P = rows_T.repeat_interleave(K);
+    sel.unit_P = std::get<1>(noise_TE.topk(K, -1)).reshape({-1}).to(s.logits_TE.device());
+  }
+  return sel;
+}
+
+at::Tensor RouterImpl::weight_pairs(const Scores& s, const Selection& sel) const {
+  if (is_top_k(opt_.kind)) {
+    auto w_TK = s.select_TE.gather(1, sel.index_TK);
+    if (opt_.renormalize) {
+      auto sum_T1 = w_TK.sum(-1, true);
+      // NormRouter weights may all be 0 (no positive logit): keep them 0 rather than 0/0
+      w_TK = w_TK / (opt_.kind == RouterKind::NormTopK ? sum_T1.clamp_min(1e-30) : sum_T1);
+    }
+    return w_TK.reshape({-1});
+  }
+  if (opt_.kind == RouterKind::TopP) {
+    auto w_P = sel.sorted_TE.index({sel.token_P, sel.rank_P});
+    if (!opt_.renormalize) return w_P;
+    auto kept_T = (sel.sorted_TE * sel.keep_TE.to(sel.sorted_TE.dtype())).sum(-1);
+    return w_P / kept_T.index_select(0, sel.token_P);
+  }
+  return torch::full({sel.unit_P.numel()}, 1.0 / static_cast<double>(opt_.top_k), s.logits_TE.options());
+}
+
+RouterOutput RouterImpl::forward(const at::Tensor& x_TD) {
+  const auto s = score(x_TD);
+  const auto sel = select(s);
   RouterOutput out;
   auto& a = out.assignment;
-  a.num_tokens = T, a.num_units = E;
-  auto rows = torch::arange(T, torch::kLong);
-  const auto& kind = opt_.kind;
-  if (kind == "norm_topk") out.scores = norm_router_scores(logits, norm_scale, norm_constant, opt_.norm_eps);
-  if (kind == "softmax_topk" || kind == "sigmoid_topk" || kind == "norm_topk") {
-    auto scores = kind == "sigmoid_topk" ? logits.sigmoid() : kind == "norm_topk" ? out.scores : probs;
-    auto select = opt_.bias_update > 0 ? scores.detach() + selection_bias.to(dtype) : scores.detach();
-    auto idx = std::get<1>(select.topk(k, -1, /*largest=*/true, /*sorted=*/true));  // [T, k]
-    auto w = scores.gather(1, idx);
-    // NormRouter weights may all be 0 (no positive logit): keep them 0 rather than 0/0
-    if (opt_.renormalize) w = kind == "norm_topk" ? w / w.sum(-1, true).clamp_min(1e-30) : w / w.sum(-1, true);
-    a.token = rows.repeat_interleave(k), a.unit = idx.reshape({-1}), a.weight = w.reshape({-1});
-  } else if (kind == "top_p") {
-    auto sorted = probs.sort(-1, /*descending=*/true);
-    auto vals = std::get<0>(sorted), idx = std::get<1>(sorted);
-    auto keep = torch::arange(E, torch::kLong).unsqueeze(0) < top_p_counts(probs.detach(), opt_.top_p).unsqueeze(1);
-    auto pos = keep.nonzero();  // [N, 2] (token, rank), token-major
-    auto t = pos.select(1, 0), r = pos.select(1, 1);
-    auto w = vals.index({t, r});
-    if (opt_.renormalize) w = w / (vals * keep.to(dtype)).sum(-1).index_select(0, t);
-    a.token = t, a.unit = idx.index({t, r}), a.weight = w;
-  } else if (kind == "uniform_random" || kind == "balanced") {  // probes and benchmarks
-    at::Tensor idx;
-    if (kind == "balanced") {
-      idx = (torch::arange(T * k, torch::kLong) % E).view({T, k});
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(opt_.seed + static_cast<uint64_t>(calls_++));
-      idx = std::get<1>(torch::rand({T, E}, gen, torch::TensorOptions().dtype(torch::kFloat)).topk(k, -1));
-    }
-    a.token = rows.repeat_interleave(k), a.unit = idx.reshape({-1});
-    a.weight = torch::full({T * k}, 1.0 / static_cast<double>(k), torch::TensorOptions().dtype(dtype));
-  } else {
-    TORCH_CHECK(false, "unknown router kind '", kind, "'");
+  a.num_tokens = x_TD.size(0);
+  a.num_units = opt_.num_experts;
+  a.token_P = sel.token_P;
+  a.unit_P = sel.unit_P;
+  a.weight_P = weight_pairs(s, sel);
+  // balance losses act on the softmax probabilities, or on NormRouter's scores
+  out.scores_TE = opt_.kind == RouterKind::NormTopK ? s.select_TE : s.probs_TE;
+  if (opt_.aux_loss_coef > 0)
+    out.losses.emplace_back("aux", switch_aux_loss(out.scores_TE, a.unit_P, opt_.num_experts, opt_.aux_loss_coef));
+  if (opt_.z_loss_coef > 0) out.losses.emplace_back("z", router_z_loss(s.logits_TE, opt_.z_loss_coef));
+  if (opt_.seq_aux_loss_coef > 0 && seq_len_ > 0) {
+    const bool normalise = opt_.kind == RouterKind::SigmoidTopK || opt_.kind == RouterKind::NormTopK;
+    auto seq_scores_TE = normalise ? s.select_TE / s.select_TE.sum(-1, true).clamp_min(1e-30) : s.probs_TE;
+    out.losses.emplace_back("seq_aux", sequence_aux_loss(seq_scores_TE, a.token_P, a.unit_P, seq_len_, opt_.top_k,
+                                                         opt_.seq_aux_loss_coef));
   }
-  if (!out.scores.defined()) out.scores = probs;
-  if (opt_.aux_loss_coef > 0) out.losses.emplace_back("aux", switch_aux_loss(out.scores, a.unit, E, opt_.aux_loss_coef));
-  if (opt_.z_loss_coef > 0) out.losses.emplace_back("z", router_z_loss(logits, opt_.z_loss_coef));
-  if (opt_.seq_aux_loss_coef > 0 && opt_.seq_len > 0)
-    out.losses.emplace_back("seq_aux", sequence_aux_loss(probs, a.token, a.unit, opt_.seq_len, k, opt_.seq_aux_loss_coef));
-  out.probs = out.scores.detach();
   return out;
 }
 
-void RouterImpl::update_selection_bias(const std::vector<int64_t>& load) {
-  if (opt_.bias_update <= 0 || load.empty()) return;
+void RouterImpl::update_selection_bias(const at::Tensor& load_E) {
+  if (opt_.bias_update <= 0 || !load_E.defined()) return;
   torch::NoGradGuard g;
-  double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
-  auto* b = selection_bias.data_ptr<float>();
-  for (size_t i = 0; i < load.size(); ++i) {
-    double d = mean - static_cast<double>(load[i]);
-    b[i] += static_cast<float>(opt_.bias_update * ((d > 0) - (d < 0)));
-  }
+  auto load = load_E.to(at::kDouble);
+  auto step_E = (load.mean() - load).sign() * opt_.bias_update;
+  selection_bias.add_(step_E.to(selection_bias.scalar_type()));
 }
 
 }  // namespace mf

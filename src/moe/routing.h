@@ -1,5 +1,11 @@
-// What a router hands the dispatcher: one row per (token, unit) pair, plus named losses
-// and statistics. The number of pairs per token may vary (top-p routing).
+// What a router hands the dispatcher: one row per routed (token, unit) pair, plus named
+// losses; and the routing statistics, kept as tensors until a logging step reads them.
+//
+// Shape letters used across src/moe (tensor names end in them, e.g. x_TD, logits_TE):
+//   T  tokens in the batch (rows of x)          D  model width (or the latent width l)
+//   E  units (experts) a router chooses among   K  units per token (top-k)
+//   F  hidden width of one expert               P  routed pairs (T*K for top-k; varies for top-p)
+//   S  sequences in the batch (sequence-wise loss), L the tokens of one sequence
 #pragma once
 #include <ATen/ATen.h>
 
@@ -10,31 +16,40 @@
 namespace mf {
 
 struct Assignment {
-  at::Tensor token;   // [N] int64: token row of pair i
-  at::Tensor unit;    // [N] int64: unit (expert) of pair i
-  at::Tensor weight;  // [N] combine weight (differentiable through the router)
+  at::Tensor token_P;   // int64: token row of pair p
+  at::Tensor unit_P;    // int64: unit (expert) of pair p
+  at::Tensor weight_P;  // combine weight (differentiable through the router)
   int64_t num_tokens = 0, num_units = 0;
+};
+
+struct RouterOutput {
+  Assignment assignment;
+  std::vector<std::pair<std::string, at::Tensor>> losses;  // already scaled by their coefficients
+  at::Tensor scores_TE;  // what balance losses act on (softmax probs, sigmoid or NormRouter scores), with grad
+};
+
+// The statistics of one forward pass, as device tensors (no sync): tally() after every
+// forward, read() only when someone looks (a logging step, an analysis).
+struct RoutingTally {
+  at::Tensor load_E;    // int64 pairs per unit
+  at::Tensor entropy;   // mean per-token entropy of the normalised scores (nats), float64 scalar
+  at::Tensor dropped;   // int64 scalar: pairs dropped by a capacity limit
+  int64_t pairs = 0, tokens = 0;
+  std::vector<std::pair<std::string, at::Tensor>> losses;  // detached
 };
 
 struct RoutingStats {
   std::vector<int64_t> load;  // pairs per unit
-  double entropy = 0;         // mean per-token entropy of the routing distribution (nats)
+  double entropy = 0;
   double mean_units_per_token = 0;
-  int64_t dropped = 0;        // pairs dropped by a capacity limit
+  int64_t dropped = 0;
   std::vector<std::pair<std::string, double>> losses;
   int64_t dead_units() const;
   double max_over_mean() const;
   double cv() const;  // coefficient of variation of the load
 };
 
-struct RouterOutput {
-  Assignment assignment;
-  std::vector<std::pair<std::string, at::Tensor>> losses;  // already scaled by their coefficients
-  at::Tensor probs;   // [T, E] routing distribution (for statistics), no grad
-  at::Tensor scores;  // [T, E] the scores balance losses act on (softmax probs or NormRouter s), with grad
-};
-
-// Routing statistics of one forward pass (no autograd).
-RoutingStats routing_stats(const RouterOutput& out);
+RoutingTally tally_routing(const RouterOutput& out);
+RoutingStats read_routing(const RoutingTally& t);  // the one device sync
 
 }  // namespace mf

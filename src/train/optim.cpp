@@ -1,5 +1,7 @@
 #include "train/optim.h"
 
+#include "core/param_roles.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -9,9 +11,8 @@
 namespace mf {
 namespace {
 
-bool no_decay(const std::string& name, const TrainConfig& c) {
-  auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
-  return ends("norm.weight") || ends("norm_scale") || ends("bias") || (!c.decay_embeddings && ends("embed_tokens.weight"));
+bool no_decay(ParamRole role, const TrainConfig& c) {
+  return role == ParamRole::Gain || role == ParamRole::Bias || (role == ParamRole::Embedding && !c.decay_embeddings);
 }
 
 // LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string;
@@ -34,7 +35,8 @@ StateKey key_of(const torch::Tensor& p) { return make_key<StateKey>(p.unsafeGetT
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& c) {
   std::vector<torch::Tensor> decay, plain;
-  for (auto& p : model.named_parameters()) (no_decay(p.key(), c) ? plain : decay).push_back(p.value());
+  const auto roles = collect_param_roles(model);
+  for (auto& p : model.named_parameters()) (no_decay(roles.at(p.key()), c) ? plain : decay).push_back(p.value());
   auto opts = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.adam_eps).weight_decay(wd));
@@ -86,34 +88,6 @@ void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, co
     s->exp_avg_sq(v.to(p.value().dtype()).clone());
     state[key_of(p.value())] = std::move(s);
   }
-}
-
-NamedTensors model_tensors(const torch::nn::Module& model) {
-  NamedTensors out;
-  for (auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
-  for (auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());  // e.g. router selection bias
-  return out;
-}
-
-void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
-  torch::NoGradGuard g;
-  auto params = model.named_parameters();
-  for (auto& p : params) {
-    const auto& t = st.at(p.key());
-    if (t.sizes() != p.value().sizes())
-      throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", p.key(),
-                                    c10::str(t.sizes()), c10::str(p.value().sizes())));
-    p.value().copy_(t);
-  }
-  auto buffers = model.named_buffers();
-  for (auto& b : buffers) {
-    const auto& t = st.at(b.key());
-    if (t.sizes() != b.value().sizes()) throw FormatError(fmt::format("buffer '{}' has the wrong shape", b.key()));
-    b.value().copy_(t);
-  }
-  for (auto& [name, t] : st.tensors)
-    if (!params.contains(name) && !buffers.contains(name))
-      throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
 }
 
 }  // namespace mf

@@ -9,7 +9,7 @@
 
 namespace mf {
 
-// Norm weights, biases and (unless train.decay_embeddings) the embedding get no decay.
+// Gains, biases and (unless train.decay_embeddings) the embedding get no decay (core/param_roles.h).
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& c);
 void set_lr(torch::optim::Optimizer& opt, double lr);
 
@@ -19,9 +19,5 @@ double lr_at(const TrainConfig& c, int64_t step);
 // "{param}.exp_avg", "{param}.exp_avg_sq", "{param}.step" for every parameter with state
 NamedTensors optimizer_state_tensors(torch::optim::AdamW& opt, torch::nn::Module& model);
 void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, const SafetensorsData& st);
-
-NamedTensors model_tensors(const torch::nn::Module& model);
-// copies the checkpoint's tensors into the model; names, shapes and dtypes must match
-void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st);
 
 }  // namespace mf

@@ -10,25 +10,16 @@
 
 #include "core/util.h"
 #include "data/shards.h"
-#include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/model_io.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
-#include "serve/generate.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 
 namespace mf {
 namespace fs = std::filesystem;
-
-Config checkpoint_config(const std::string& ckpt_path) {
-  auto ck = read_checkpoint(ckpt_path);
-  Config cfg;
-  apply_toml_text(cfg, ck.config_toml(), ck.dir + "/model.safetensors [moeforge.config]");
-  cfg.model.vocab_size = std::stoll(ck.metadata().at("moeforge.vocab_size"));
-  return cfg;
-}
 
 namespace {
 
@@ -176,10 +167,7 @@ struct Trainer {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (val.empty()) val = evaluate();
 
-    Tokenizer tok(corpus.tokenizer_path());
-    SamplingOptions so{cfg.sample.max_tokens, cfg.sample.temperature, cfg.sample.top_p,
-                       static_cast<uint64_t>(cfg.sample.seed), tok.eos_id()};
-    std::string sample = cfg.sample.prompt + tok.decode(generate(model, tok.encode(cfg.sample.prompt), so));
+    const std::string sample = opt.sample ? opt.sample(model, corpus.tokenizer_path()) : "";
     const int64_t steps_run = step - start_step;
     nlohmann::json summary = {
         {"run", cfg.run.name}, {"steps", step}, {"steps_this_run", steps_run}, {"finished", step == cfg.train.steps},

@@ -2,9 +2,11 @@
 // JSONL metrics, atomic checkpoints and exact resume.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 
 #include "core/config.h"
+#include "model/transformer.h"
 
 namespace mf {
 
@@ -12,6 +14,8 @@ struct TrainOptions {
   std::string resume;      // checkpoint or run directory; "" = fresh run
   bool overwrite = false;  // replace an existing run directory
   int64_t stop_after = -1; // stop (with a checkpoint) after this many steps of this invocation
+  // Text shown and stored in summary.json after training (the CLI samples from the model).
+  std::function<std::string(TransformerLM& model, const std::string& tokenizer_path)> sample;
 };
 
 struct TrainResult {
@@ -20,8 +24,5 @@ struct TrainResult {
 };
 
 TrainResult train(const Config& cfg, const TrainOptions& opt);
-
-// The config a checkpoint was trained with (from its model.safetensors metadata).
-Config checkpoint_config(const std::string& ckpt_path);
 
 }  // namespace mf

@@ -1,6 +1,6 @@
-#include "cli/repro_common.h"
+#include "train/repro_runs.h"
 
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "io/checkpoint.h"
 #include "train/trainer.h"
 
-namespace mf::cli {
+namespace mf {
 
 double Outcome::std() const {
   if (loss.size() < 2) return 0;
@@ -18,12 +18,12 @@ double Outcome::std() const {
   return std::sqrt(s / static_cast<double>(loss.size() - 1));
 }
 
-void add_repro_options(CLI::App* cmd, ReproArgs& a) {
-  cmd->add_option("--config", a.config, "base config")->check(CLI::ExistingFile);
-  cmd->add_option("--out", a.out, "where results.md, results.json and the SVGs go");
-  cmd->add_option("--seeds", a.seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
-  cmd->add_flag("--quick", a.quick, "smoke run: a tiny model, 10 steps, one seed");
-  cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
+std::string ReproArgs::command_line(const std::string& name) const {
+  std::string s = fmt::format("moeforge repro {} --seeds {}", name, seeds);
+  if (quick) s += " --quick";
+  if (!config.empty()) s += " --config " + config;
+  for (auto& set : sets) s += " --set " + set;
+  return s;
 }
 
 Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides) {
@@ -55,4 +55,4 @@ std::string run_variant(const Config& cfg) {
   return train(cfg, opt).run_dir;
 }
 
-}  // namespace mf::cli
+}  // namespace mf

@@ -1,4 +1,4 @@
-#include "moe/latent_shape.h"
+#include "methods/latent/shape.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@ LatentCost latent_cost(int64_t d, const MoELayerShape& s) {
   c.P = static_cast<double>(s.num_experts) * l * m;
   c.C = static_cast<double>(s.top_k) * l * m;
   c.V = static_cast<double>(s.top_k) * l;
-  c.Q = (s.latent > 0 && s.latent < d ? 2 * l : 0) + static_cast<double>(s.num_experts) + 3.0 * static_cast<double>(s.shared_hidden);
+  c.Q = (s.latent > 0 ? 2 * l : 0) + static_cast<double>(s.num_experts) + 3.0 * static_cast<double>(s.shared_hidden);
   c.params = 3 * c.P + static_cast<double>(d) * c.Q;
   c.macs = 3 * c.C + static_cast<double>(d) * c.Q;
   return c;
@@ -25,7 +25,7 @@ std::vector<std::pair<int64_t, int64_t>> near_square_shapes(int64_t budget, int6
   for (int64_t l = multiple; l <= budget; l += multiple)
     if (budget % l == 0 && (budget / l) % multiple == 0) {
       const double aspect = static_cast<double>(l) / static_cast<double>(budget / l);
-      if (std::abs(aspect - 1) <= max_dev || std::abs(1 / aspect - 1) <= max_dev) out.emplace_back(l, budget / l);
+      if (std::abs(aspect - 1) <= max_dev) out.emplace_back(l, budget / l);
     }
   std::stable_sort(out.begin(), out.end(), [](auto& a, auto& b) {
     auto dev = [](auto& p) { return std::abs(std::log(static_cast<double>(p.first) / static_cast<double>(p.second))); };
@@ -37,7 +37,10 @@ std::vector<std::pair<int64_t, int64_t>> near_square_shapes(int64_t budget, int6
 MoELayerShape scale_for_accuracy(int64_t d, const MoELayerShape& s, int64_t alpha) {
   if (alpha < 1 || d % alpha != 0) throw std::invalid_argument(fmt::format("compression {} must divide d = {}", alpha, d));
   MoELayerShape o = s;
-  o.latent = d / alpha, o.num_experts = s.num_experts * alpha, o.top_k = s.top_k * alpha;
+  o.latent = d / alpha;
+  o.num_experts = s.num_experts * alpha;
+  o.top_k = s.top_k * alpha;
+  o.vanilla_experts = o.num_experts;
   return o;
 }
 
@@ -55,7 +58,10 @@ SolvedShape solve_constant_cost(int64_t d, const MoELayerShape& ref, int64_t lat
   s.N = s.K * s.target.P / s.target.C;
   s.ms = (s.target.Q - 2 * l - s.N) / 3;
   // the exact (fractional) layer meets every target by construction
-  s.exact.P = s.N * l * s.m, s.exact.C = s.K * l * s.m, s.exact.V = s.K * l, s.exact.Q = 2 * l + s.N + 3 * s.ms;
+  s.exact.P = s.N * l * s.m;
+  s.exact.C = s.K * l * s.m;
+  s.exact.V = s.K * l;
+  s.exact.Q = 2 * l + s.N + 3 * s.ms;
   s.exact.params = 3 * s.exact.P + static_cast<double>(d) * s.exact.Q;
   s.exact.macs = 3 * s.exact.C + static_cast<double>(d) * s.exact.Q;
   // round one quantity at a time and re-solve the rest, so later choices absorb earlier errors
@@ -67,6 +73,7 @@ SolvedShape solve_constant_cost(int64_t d, const MoELayerShape& ref, int64_t lat
   r.num_experts = std::max(r.top_k, static_cast<int64_t>(std::llround(s.target.P / (l * static_cast<double>(r.expert_hidden)))));
   const double ms = (s.target.Q - 2 * l - static_cast<double>(r.num_experts)) / 3;
   r.shared_hidden = ms > 0 ? round_to(ms, multiple, 0) : 0;
+  r.vanilla_experts = r.num_experts;
   s.achieved = latent_cost(d, r);
   return s;
 }

@@ -1,8 +1,9 @@
-#include "analysis/routing_probe.h"
+#include "methods/unipool/probe.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "analysis/expert_usage.h"
@@ -27,7 +28,9 @@ ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, co
     if (it == moe.end()) throw std::invalid_argument(fmt::format("routing probe: block {} is not an MoE layer", layer));
     auto& m = **it;
     const size_t row = static_cast<size_t>(it - moe.begin());
-    const bool pooled = m.pool() != nullptr && m.pool()->layers.size() > 1;
+    const bool pooled = m.bank_group >= 0 && std::count_if(moe.begin(), moe.end(), [&](auto& o) {
+                                                 return o->bank_group == m.bank_group;
+                                               }) > 1;
     auto modes = opt.modes;
     if (modes.empty()) modes = pooled ? std::vector<std::string>{"pool", "matched"} : std::vector<std::string>{"own"};
     for (auto& mode : modes) {
@@ -52,7 +55,10 @@ ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, co
     }
   }
   std::map<std::string, int> n;
-  for (auto& r : rep.rows) rep.mean_delta[r.mode] += r.delta, ++n[r.mode];
+  for (auto& r : rep.rows) {
+    rep.mean_delta[r.mode] += r.delta;
+    ++n[r.mode];
+  }
   for (auto& [mode, v] : rep.mean_delta) v /= n[mode];
   return rep;
 }

@@ -2,12 +2,13 @@
 // Per layer, with l the latent width (d when experts work on the full width):
 //   P = N l m (routed params / 3), C = K l m (routed MACs per token / 3), V = K l (one-way
 //   dispatch scalars per token), Q = 2 l + N + 3 ms (d Q = projections + router + shared expert;
-//   the projections count only when l < d). Params = 3P + dQ, MACs per token = 3C + dQ.
+//   the projections count whenever the layer has them, l > 0, l = d included: the model builds
+//   them). Params = 3P + dQ, MACs per token = 3C + dQ.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "model/moe_ffn.h"
 
 namespace mf {
 
@@ -16,8 +17,8 @@ struct LatentCost {
 };
 LatentCost latent_cost(int64_t d_model, const MoELayerShape& s);
 
-// (l, m) pairs with l * m == budget, both multiples of `multiple`, |l/m - 1| <= max_aspect_dev,
-// nearest to square first.
+// (l, m) pairs with l * m == budget, both multiples of `multiple`, |l/m - 1| <= max_aspect_dev
+// (the paper's rule: the bound is on l/m only), nearest to square first.
 std::vector<std::pair<int64_t, int64_t>> near_square_shapes(int64_t budget, int64_t multiple, double max_aspect_dev);
 
 // Accuracy-oriented LatentMoE scaling with compression alpha = d / l: l = d / alpha, N' = alpha N,

@@ -8,17 +8,18 @@
 
 #include <chrono>
 #include <filesystem>
-#include <iostream>
 #include <limits>
 
-#include "analysis/intrinsic_dim.h"
-#include "analysis/svg_plot.h"
-#include "cli/commands.h"
-#include "cli/repro_common.h"
-#include "core/util.h"
-#include "moe/latent_shape.h"
+#include "methods/latent/repro.h"
 
-namespace mf::cli {
+#include "analysis/svg_plot.h"
+#include "core/util.h"
+#include "io/model_io.h"
+#include "methods/latent/intrinsic_dim.h"
+#include "methods/latent/latent.h"
+#include "methods/latent/shape.h"
+
+namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
@@ -32,7 +33,7 @@ void train_arms(std::vector<Arm>& arms, const Config& base, int64_t seeds) {
   for (int64_t s = 0; s < seeds; ++s)
     for (auto& a : arms) {
       Config cfg = base;
-      cfg.model.moe.latent = a.latent;
+      cfg.model.moe.section<LatentConfig>().shapes = a.latent;
       cfg.train.seed = 1000 + s;
       cfg.run.name = fmt::format("{}-s{}", a.name, s);
       validate(cfg);
@@ -43,8 +44,8 @@ void train_arms(std::vector<Arm>& arms, const Config& base, int64_t seeds) {
 }
 
 std::string arms_table(const std::vector<Arm>& arms, bool with_dev) {
-  std::string md = with_dev ? "| arm | model.moe.latent | max cost deviation | val loss |\n|---|---|---|---|\n"
-                            : "| arm | model.moe.latent | val loss |\n|---|---|---|\n";
+  std::string md = with_dev ? "| arm | model.moe.latent.shapes | max cost deviation | val loss |\n|---|---|---|---|\n"
+                            : "| arm | model.moe.latent.shapes | val loss |\n|---|---|---|\n";
   for (auto& a : arms)
     md += with_dev ? fmt::format("| {} | `{}` | {:.2f} % | {:.4f} ± {:.4f} |\n", a.name, a.latent, 100 * a.deviation,
                                  a.outcome.mean(), a.outcome.std())
@@ -56,24 +57,18 @@ std::string repeat_shape(const MoELayerShape& s, int64_t n) { return format_late
 
 }  // namespace
 
-void register_repro_latent(CLI::App* repro) {
-  auto* cmd = repro->add_subcommand("latent", "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
-                                              "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
-  static ReproArgs args{"configs/repro/latent.toml", "docs/repro/latent"};
-  static int64_t multiple = 8;
-  add_repro_options(cmd, args);
-  cmd->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
-  cmd->callback([] {
+ReproResult latent_repro(ReproArgs args, int64_t multiple) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.latent=32,32,6,3,64",
+    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.latent.shapes=32,32,6,3,64",
                                          "train.steps=10", "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10",
                                          "eval.windows=4"});
     const auto& out = args.out;
     const int64_t seeds = args.seeds;
     const bool quick = args.quick;
-    const auto& config = args.config;
-    const auto refs = parse_latent_shapes(base.model.moe.latent);
-    if (refs.size() != 1) throw ConfigError("repro latent: the base config needs one model.moe.latent entry (the reference)");
+    const auto& reference = base.model.moe.section<LatentConfig>().shapes;
+    const auto refs = parse_latent_shapes(reference);
+    if (refs.size() != 1)
+      throw ConfigError("repro latent: the base config needs one model.moe.latent.shapes entry (the reference)");
     const auto ref = refs[0];
     const int64_t d = base.model.d_model, L = num_moe_layers(base.model);
 
@@ -82,16 +77,18 @@ void register_repro_latent(CLI::App* repro) {
     for (int64_t l : {ref.latent / 4, ref.latent / 2, ref.latent, ref.latent * 2}) {
       if (l < 1 || l > d || (ref.latent * ref.expert_hidden) % l != 0) continue;
       MoELayerShape s = ref;
-      s.latent = l, s.expert_hidden = ref.latent * ref.expert_hidden / l;
+      s.latent = l;
+      s.expert_hidden = ref.latent * ref.expert_hidden / l;
       sweep.push_back({fmt::format("l{}_m{}", l, s.expert_hidden), repeat_shape(s, L)});
     }
     train_arms(sweep, base, seeds);
 
     // (2) proxy run -> ID profile -> split; arms cost-matched to the reference
     Config proxy = base;
-    proxy.model.moe.latent = repeat_shape(ref, L);
+    proxy.model.moe.section<LatentConfig>().shapes = repeat_shape(ref, L);
     proxy.train.steps = std::max<int64_t>(10, base.train.steps / 3);
-    proxy.eval.every = 0, proxy.run.name = "proxy";
+    proxy.eval.every = 0;
+    proxy.run.name = "proxy";
     auto proxy_dir = run_variant(proxy);
     auto loaded = load_model(proxy_dir);
     PreparedCorpus corpus(base.data.dir);
@@ -101,7 +98,8 @@ void register_repro_latent(CLI::App* repro) {
     const bool fallback = split <= 0;
     if (fallback) split = std::max<int64_t>(1, L / 2);
     const int64_t narrow = ref.latent / 2, wide = std::min(d - 1, ref.latent * 3 / 2);
-    auto sn = solve_constant_cost(d, ref, narrow, multiple), sw = solve_constant_cost(d, ref, wide, multiple);
+    const auto sn = solve_constant_cost(d, ref, narrow, multiple);
+    const auto sw = solve_constant_cost(d, ref, wide, multiple);
     auto place = [&](bool narrow_first) {
       std::vector<MoELayerShape> v;
       for (int64_t i = 0; i < L; ++i) v.push_back((i < split) == narrow_first ? sn.rounded : sw.rounded);
@@ -133,7 +131,8 @@ void register_repro_latent(CLI::App* repro) {
         if (a.name == n) return a.outcome.mean();
       return std::numeric_limits<double>::quiet_NaN();
     };
-    double extremes = std::min(sweep.front().outcome.mean(), sweep.back().outcome.mean()), square = NAN;
+    const double extremes = std::min(sweep.front().outcome.mean(), sweep.back().outcome.mean());
+    double square = NAN;
     for (auto& a : sweep)
       if (parse_latent_shapes(a.latent)[0].latent == ref.latent) square = a.outcome.mean();
     std::vector<std::pair<std::string, bool>> dirs = {
@@ -144,14 +143,14 @@ void register_repro_latent(CLI::App* repro) {
         {"the swapped placement is worse than both uniform endpoints",
          m(alloc, "swapped") > std::max(m(alloc, "uniform_narrow"), m(alloc, "uniform_wide"))}};
     std::string md = fmt::format(
-        "# LatentMoE shaping in miniature\n\nProduced by `moeforge repro latent --seeds {}{}` (base `{}`: d = {}, {} MoE "
+        "# LatentMoE shaping in miniature\n\nProduced by `{} --multiple {}` (d = {}, {} MoE "
         "layers, reference layer l,m,N,K,ms = {}; {} steps x {} tokens). Validation loss = mean over the four domains "
         "(nats), mean ± std over {} seed(s). Total runtime {:.1f} min on {} threads.\n\n"
         "## (1) Shape sweep at l·m = {}, N = {}, K = {}, ms = {}\n\n{}\n![](shape_sweep.svg)\n\n"
         "## (2) ID-guided allocation\n\nProxy run: {} steps of the reference model; TwoNN ID per block ({} of {} "
         "validation tokens, seed 0): {}. Split: blocks 0..{} narrow (l = {}), the rest wide (l = {}){}.\n\n"
         "Narrow layer {} ({}); wide layer {} ({}).\n\n{}\n![](id_profile.svg)\n\n## The paper's directions at this scale\n\n",
-        seeds, quick ? " --quick" : "", config, d, L, base.model.moe.latent, base.train.steps,
+        args.command_line("latent"), multiple, d, L, reference, base.train.steps,
         base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads, ref.latent * ref.expert_hidden,
         ref.num_experts, ref.top_k, ref.shared_hidden, arms_table(sweep, false), proxy.train.steps, prof.tokens_used, prof.tokens_collected,
         [&] {
@@ -169,10 +168,7 @@ void register_repro_latent(CLI::App* repro) {
       md += fmt::format("- {}: **{}**\n", text, verdict(held));
       js["directions"][text] = held;
     }
-    write_file_atomic((fs::path(out) / "results.md").string(), md);
-    write_file_atomic((fs::path(out) / "results.json").string(), js.dump(2) + "\n");
-    std::cout << md << "\nwrote " << (fs::path(out) / "results.md").string() << "\n";
-  });
+    return {out, md, js};
 }
 
-}  // namespace mf::cli
+}  // namespace mf

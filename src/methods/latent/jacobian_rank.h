@@ -6,6 +6,7 @@
 #include "data/shards.h"
 #include "model/transformer.h"
 #include "moe/banks.h"
+#include "model/moe_ffn.h"
 
 namespace mf {
 
@@ -18,8 +19,9 @@ struct LayerJacobianRank {
   int64_t layer = 0, q = 0, samples = 0;
   double mean_rank = 0, min_rank = 0, max_rank = 0;  // in units of q
 };
-// For each MoE layer: up to `samples` routed (token, expert) pairs from the first windows of
-// `split`, each pair's Jacobian rank / q.
+// For each MoE layer: up to `samples` routed (token, expert) pairs, an equal share from every
+// domain's windows of `split`, taken round-robin over the experts the pairs were routed to (so
+// every used expert is sampled before any is sampled twice); each pair's Jacobian rank / q.
 std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
                                               int64_t seq_len, int64_t samples, double rel_tol);
 

@@ -4,7 +4,7 @@
 // Decomposed per layer so each term is available during that layer's forward:
 //   L_pool = mean_l [ alpha * M * sum_i fbar_i * P_i^(l) ],
 // with fbar taken one micro-batch behind: the fractions measured while every layer of the
-// pool reported in micro-batch t-1. The first micro-batch has no pool loss.
+// pool reported in micro-batch t-1. Before the first refresh fbar = 0, so the loss is 0.
 #pragma once
 #include <torch/nn/module.h>
 
@@ -13,23 +13,22 @@ namespace mf {
 class PoolBalanceImpl : public torch::nn::Module {
  public:
   PoolBalanceImpl(int64_t pool_size, int64_t num_layers, double alpha);
-  // One layer's term alpha * M * <fbar, mean_t scores> (undefined before the first refresh).
-  // When `record` (training with gradients), the layer's pair counts join the next fbar.
-  at::Tensor layer_loss(const at::Tensor& scores, const at::Tensor& unit, bool record);
-  bool ready() const { return ready_.item<double>() > 0; }
+  // One layer's term alpha * M * <fbar, mean_t scores_TM>. When `record` (training with
+  // gradients), the layer's pair counts join the next fbar. No device sync.
+  at::Tensor layer_loss(const at::Tensor& scores_TM, const at::Tensor& unit_P, bool record);
 
   at::Tensor fraction;  // buffer [M]: fbar of the previous micro-batch (saved for exact resume)
-  at::Tensor ready_;    // buffer []: 1 once fbar exists (float, so dtype casts and checkpoints keep it)
+  at::Tensor ready;     // buffer []: 1 once fbar has been measured (float, so casts and checkpoints keep it)
 
  private:
   int64_t pool_size_, num_layers_;
   double alpha_;
-  at::Tensor current_sum_;  // sum over reporting layers of their fractions
+  at::Tensor current_sum_M_;  // sum over the layers that reported so far of their fractions (float64)
   int64_t reported_ = 0;
 };
 TORCH_MODULE(PoolBalance);
 
 // The undecomposed formula, for tests: alpha * M * sum_i fbar_i * Pbar_i.
-at::Tensor pool_aux_loss(const at::Tensor& fbar, const at::Tensor& pbar, double alpha);
+at::Tensor pool_aux_loss(const at::Tensor& fbar_M, const at::Tensor& pbar_M, double alpha);
 
 }  // namespace mf

@@ -1,6 +1,8 @@
-// Shared pieces of the `moeforge repro ...` commands.
+// Shared pieces of the miniature reproductions (src/methods/*/repro.cpp): the base config,
+// training or reusing one run per arm and seed, and the results every driver returns.
 #pragma once
-#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -8,7 +10,7 @@
 
 #include "core/config.h"
 
-namespace mf::cli {
+namespace mf {
 
 struct Outcome {
   std::vector<double> loss;  // validation loss per seed
@@ -22,17 +24,22 @@ struct Outcome {
 std::string run_variant(const Config& cfg);
 inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
 
-// The options every repro command has: --config, --out, --seeds, --quick, --set.
+// What every repro command takes: --config, --out, --seeds, --quick, --set.
 struct ReproArgs {
   std::string config, out;
   std::vector<std::string> sets;
   int64_t seeds = 2;
   bool quick = false;
+  std::string command_line(const std::string& name) const;  // "moeforge repro NAME --seeds 2 --set ..."
 };
-void add_repro_options(CLI::App* cmd, ReproArgs& a);
 // The base config: --config, then (with --quick) the quick overrides and one seed, then --set.
 Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides);
 
-void register_repro_latent(CLI::App* repro);  // cmd_repro_latent.cpp
+// What a driver hands back: the CLI prints `markdown` and writes results.md / results.json
+// into `out_dir` (the driver has already written its pictures there).
+struct ReproResult {
+  std::string out_dir, markdown;
+  nlohmann::json json;
+};
 
-}  // namespace mf::cli
+}  // namespace mf

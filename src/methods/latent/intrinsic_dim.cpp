@@ -1,4 +1,4 @@
-#include "analysis/intrinsic_dim.h"
+#include "methods/latent/intrinsic_dim.h"
 
 #include <torch/torch.h>
 

@@ -1,0 +1,55 @@
+#include "io/model_io.h"
+
+#include <fmt/format.h>
+
+#include "io/checkpoint.h"
+
+namespace mf {
+
+NamedTensors model_tensors(const torch::nn::Module& model) {
+  NamedTensors out;
+  for (auto& p : model.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (auto& b : model.named_buffers()) out.emplace_back(b.key(), b.value());  // e.g. router selection bias
+  return out;
+}
+
+void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
+  torch::NoGradGuard g;
+  auto params = model.named_parameters();
+  for (auto& p : params) {
+    const auto& t = st.at(p.key());
+    if (t.sizes() != p.value().sizes())
+      throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", p.key(),
+                                    c10::str(t.sizes()), c10::str(p.value().sizes())));
+    p.value().copy_(t);
+  }
+  auto buffers = model.named_buffers();
+  for (auto& b : buffers) {
+    const auto& t = st.at(b.key());
+    if (t.sizes() != b.value().sizes()) throw FormatError(fmt::format("buffer '{}' has the wrong shape", b.key()));
+    b.value().copy_(t);
+  }
+  for (auto& [name, t] : st.tensors)
+    if (!params.contains(name) && !buffers.contains(name))
+      throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
+}
+
+Config checkpoint_config(const std::string& ckpt_path) {
+  auto ck = read_checkpoint(ckpt_path);
+  Config cfg;
+  apply_toml_text(cfg, ck.config_toml(), ck.dir + "/model.safetensors [moeforge.config]");
+  cfg.model.vocab_size = std::stoll(ck.metadata().at("moeforge.vocab_size"));
+  return cfg;
+}
+
+LoadedModel load_model(const std::string& path) {
+  LoadedModel l;
+  l.cfg = checkpoint_config(path);
+  auto ck = read_checkpoint(path);
+  l.model = TransformerLM(l.cfg.model);
+  load_model_tensors(*l.model, ck.model);
+  l.tokenizer = ck.tokenizer_path();
+  return l;
+}
+
+}  // namespace mf

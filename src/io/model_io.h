@@ -1,0 +1,30 @@
+// Model tensors in and out of safetensors, and models loaded back from checkpoints.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "core/config.h"
+#include "io/safetensors.h"
+#include "model/transformer.h"
+
+namespace mf {
+
+// every parameter and buffer (e.g. the router selection bias) by its full name
+NamedTensors model_tensors(const torch::nn::Module& model);
+// copies the checkpoint's tensors into the model; names and shapes must match
+void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st);
+
+// The config a checkpoint was trained with (from its model.safetensors metadata). Keys that
+// have moved since (the flat model.moe.pool_* / latent keys) are read through their aliases.
+Config checkpoint_config(const std::string& ckpt_path);
+
+struct LoadedModel {
+  Config cfg;
+  TransformerLM model{nullptr};
+  std::string tokenizer;
+};
+// A checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
+LoadedModel load_model(const std::string& path);
+
+}  // namespace mf
