@@ -119,8 +119,8 @@ expect_ok '"num_experts": 4' -- "$MF" info runs/moe --json
 expect_exact_resume moe "${MOE[@]}"
 # UniPool: one shared pool + NormRouter + pool aux; accounting, usage pictures, probe, exact resume
 POOL=(--set model.ffn=moe --set model.moe.num_experts=3 --set model.moe.top_k=1 --set model.moe.expert_hidden=16
-      --set model.moe.pool_groups=1 --set model.moe.router=norm_topk --set model.moe.aux_loss_coef=0
-      --set model.moe.pool_aux_loss_coef=0.01)
+      --set model.moe.unipool.groups=1 --set model.moe.router=norm_topk --set model.moe.aux_loss_coef=0
+      --set model.moe.unipool.aux_loss_coef=0.01)
 "$MF" train tiny.toml "${POOL[@]}" --set run.name=pool > /dev/null 2>&1 || fail "pool train"
 grep -q '"pool_aux"' runs/pool/metrics.jsonl || fail "no pool aux loss in metrics"
 grep -q '"norm_scale"' runs/pool/metrics.jsonl || fail "no NormRouter scale in metrics"
@@ -132,17 +132,17 @@ expect_ok "| mean | matched |" -- "$MF" probe runs/pool --windows 2 --json probe
 grep -q '"mean_delta"' probe.json || fail "probe json"
 expect_fail 1 "needs private experts" -- "$MF" probe runs/pool --windows 2 --mode own
 expect_exact_resume pool "${POOL[@]}"
-expect_fail 2 "model.moe.pool_groups" -- "$MF" train tiny.toml "${POOL[@]}" --set model.moe.pool_groups=2 --set model.n_layers=3
+expect_fail 2 "model.moe.unipool.groups" -- "$MF" train tiny.toml "${POOL[@]}" --set model.moe.unipool.groups=2 --set model.n_layers=3
 "$MF" repro unipool --quick --no-probe --config "$SRC/configs/repro/unipool.toml" --out repro \
   --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro.txt 2>&1 || { cat repro.txt; fail "repro --quick"; }
 grep -q "full UniPool" repro/results.md && [ -s repro/unipool_heatmap.svg ] || fail "repro results"
 # LatentMoE: heterogeneous per-layer latent shapes, shape tools, ID profile + allocation, Jacobian rank
-LAT=(--set model.ffn=moe --set "model.moe.latent=16,8,4,2,24; 8,16,6,1,0")
+LAT=(--set model.ffn=moe --set "model.moe.latent.shapes=16,8,4,2,24; 8,16,6,1,0")
 "$MF" train tiny.toml "${LAT[@]}" --set run.name=latent > /dev/null 2>&1 || fail "latent train"
 expect_ok "model.layers.1.mlp.latent_up.weight" -- "$MF" info runs/latent
 expect_ok '"expert_parameters_stored"' -- "$MF" info runs/latent --json
-expect_fail 2 "model.moe.latent" -- "$MF" train tiny.toml --set model.ffn=moe --set "model.moe.latent=16,8,4,2,24; 8,16,6,1,0; 8,8,2,1,0"
+expect_fail 2 "model.moe.latent.shapes" -- "$MF" train tiny.toml --set model.ffn=moe --set "model.moe.latent.shapes=16,8,4,2,24; 8,16,6,1,0; 8,8,2,1,0"
 expect_ok "deviation P +0.00% C +0.00% V +0.00%" -- "$MF" shape solve --d 256 --ref 128,128,64,4,256 --latent 64 --multiple 32
 expect_ok "l=128" -- "$MF" shape square --budget 16384 --multiple 32
 expect_ok "Q=" -- "$MF" shape cost --d 256 128,128,64,4,256

@@ -42,6 +42,19 @@ const std::vector<std::string>& activation_names() {
 std::string to_string(RouterKind k) { return router_kind_names().at(static_cast<size_t>(k)); }
 std::string to_string(Activation a) { return activation_names().at(static_cast<size_t>(a)); }
 
+template <class E>
+static E parse_name(const std::vector<std::string>& names, const std::string& name, const char* what) {
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) throw ConfigError(fmt::format("unknown {} '{}'", what, name));
+  return static_cast<E>(it - names.begin());
+}
+RouterKind parse_router_kind(const std::string& name) {
+  return parse_name<RouterKind>(router_kind_names(), name, "router kind");
+}
+Activation parse_activation(const std::string& name) {
+  return parse_name<Activation>(activation_names(), name, "activation");
+}
+
 // Edit distance for "did you mean" hints; small enough to not need a library.
 static size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);

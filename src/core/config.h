@@ -20,6 +20,8 @@ enum class Activation { SwiGLU, GELU };
 const std::vector<std::string>& router_kind_names();  // in enum order
 const std::vector<std::string>& activation_names();
 std::string to_string(RouterKind k);
+RouterKind parse_router_kind(const std::string& name);  // throws ConfigError
+Activation parse_activation(const std::string& name);
 std::string to_string(Activation a);
 
 // A method's config sub-table (e.g. [model.moe.unipool]) is a struct in the method's folder;

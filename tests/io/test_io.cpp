@@ -7,6 +7,7 @@
 
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "io/model_io.h"
 #include "io/safetensors.h"
 
 using namespace mf;
@@ -162,4 +163,27 @@ TEST(Checkpoint, WritesAtomicallyAndReadsBack) {
   }
   EXPECT_THROW(read_checkpoint((root / "nothing").string()), FormatError);
   fs::remove_all(root);
+}
+
+// Checkpoints written before the layout change (flat model.moe.pool_* / latent keys in their
+// config, tests/fixtures/pre_layout/, made by that commit's code) load and give the logits they
+// gave then: a vanilla MoE with aux-free bias and a shared expert, UniPool with NormRouter and
+// pool loss (G = 2), and LatentMoE with four different latent shapes under a sigmoid router.
+TEST(ModelIO, PreLayoutCheckpointsGiveIdenticalLogits) {
+  const std::string dir = std::string(std::getenv("MOEFORGE_SOURCE_DIR")) + "/tests/fixtures/pre_layout/";
+  for (std::string name : {"vanilla_bias", "unipool", "latent"}) {
+    auto st = load_safetensors(dir + name + ".model.safetensors");
+    Config cfg;
+    apply_toml_text(cfg, st.metadata.at("moeforge.config"), name);
+    validate(cfg);
+    cfg.model.vocab_size = std::stoll(st.metadata.at("moeforge.vocab_size"));
+    TransformerLM m(cfg.model);
+    load_model_tensors(*m, st);
+    m->eval();
+    torch::NoGradGuard g;
+    auto expected = load_safetensors(dir + name + ".logits.safetensors");
+    auto logits = m->forward(expected.at("tokens"));
+    EXPECT_TRUE(torch::equal(logits, expected.at("logits")))
+        << name << ": max diff " << (logits - expected.at("logits")).abs().max().item<double>();
+  }
 }

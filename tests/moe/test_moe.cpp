@@ -28,7 +28,7 @@ struct Case {
 // Output and gradients (x, expert weights, router weight) of fast path vs dense reference.
 void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
   RouterOptions o;
-  o.kind = c.router, o.num_experts = c.E, o.top_k = c.k, o.top_p = 0.6, o.seed = 3;
+  o.kind = parse_router_kind(c.router), o.num_experts = c.E, o.top_k = c.k, o.top_p = 0.6, o.seed = 3;
   auto router_weight = torch::randn({c.E, c.d}, torch::kFloat64);
   ExpertBank bank(c.E, c.d, c.F);
   bank.to(torch::kFloat64);
@@ -43,7 +43,7 @@ void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
     for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
     router->weight.mutable_grad() = at::Tensor();
     auto r = router->forward(x);
-    auto y = fast ? dispatch(x, r.assignment, bank).output : dense_reference(x, r.assignment, bank);
+    auto y = fast ? dispatch(x, r.assignment, bank).y_TD : dense_reference(x, r.assignment, bank);
     (y * torch::cos(y.detach() * 3 + 1)).sum().backward();  // a non-trivial upstream gradient
     return std::vector<at::Tensor>{y.detach(), x.grad(), bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone(),
                                    router->weight.grad().defined() ? router->weight.grad().clone() : torch::zeros({1})};
@@ -69,7 +69,7 @@ TEST(Dispatch, MatchesDenseReferenceForEveryRouter) {
 TEST(Dispatch, GeluExpertsWithBiasesMatchReference) {
   torch::manual_seed(5);
   for (std::string act : {"gelu", "swiglu"}) {
-    ExpertBank bank(5, 6, 7, act, /*bias=*/true);
+    ExpertBank bank(5, 6, 7, parse_activation(act), /*bias=*/true);
     bank.to(torch::kFloat64);
     {
       torch::NoGradGuard g;
@@ -83,7 +83,7 @@ TEST(Dispatch, GeluExpertsWithBiasesMatchReference) {
     auto run = [&](bool fast) {
       for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
       auto a = r->forward(x).assignment;
-      auto y = fast ? dispatch(x, a, bank).output : dense_reference(x, a, bank);
+      auto y = fast ? dispatch(x, a, bank).y_TD : dense_reference(x, a, bank);
       (y * y).sum().backward();
       return std::vector<at::Tensor>{y.detach(), bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone(),
                                      bank.gate_up_proj_bias.grad().clone(), bank.down_proj_bias.grad().clone()};
@@ -104,8 +104,8 @@ TEST(Dispatch, TiesAndZeroWeightsMatchReference) {
   Assignment a{torch::tensor({0, 0, 1, 2}, torch::kLong), torch::tensor({2, 0, 2, 1}, torch::kLong),
                torch::tensor({0.0, 0.5, 0.0, 1.5}, torch::kFloat64), 3, 3};
   auto xs = torch::randn({3, 4}, torch::kFloat64);
-  EXPECT_TRUE(torch::allclose(dispatch(xs, a, bank).output, dense_reference(xs, a, bank), 1e-12, 1e-12));
-  EXPECT_TRUE(torch::equal(dispatch(xs, a, bank).output[1], torch::zeros({4}, torch::kFloat64)));
+  EXPECT_TRUE(torch::allclose(dispatch(xs, a, bank).y_TD, dense_reference(xs, a, bank), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::equal(dispatch(xs, a, bank).y_TD[1], torch::zeros({4}, torch::kFloat64)));
 }
 
 TEST(Dispatch, OneExpertTopOneEqualsDenseSwiGLU) {
@@ -124,7 +124,7 @@ TEST(Dispatch, OneExpertTopOneEqualsDenseSwiGLU) {
   auto x = torch::randn({11, 6}, torch::kFloat64);
   AuxLosses aux;
   auto routed = r->forward(x);
-  EXPECT_TRUE(torch::allclose(dispatch(x, routed.assignment, bank).output, dense.forward(x, aux), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(dispatch(x, routed.assignment, bank).y_TD, dense.forward(x, aux), 1e-12, 1e-12));
 }
 
 TEST(Dispatch, CapacityInfinityIsDroplessAndSmallCapacityDrops) {
@@ -135,14 +135,14 @@ TEST(Dispatch, CapacityInfinityIsDroplessAndSmallCapacityDrops) {
   auto routed = r->forward(x);
   auto dropless = dispatch(x, routed.assignment, bank);
   auto huge = dispatch(x, routed.assignment, bank, {1000.0});
-  EXPECT_TRUE(torch::equal(dropless.output, huge.output));
-  EXPECT_EQ(huge.dropped, 0);
+  EXPECT_TRUE(torch::equal(dropless.y_TD, huge.y_TD));
+  EXPECT_EQ(huge.dropped.item<int64_t>(), 0);
   auto tight = dispatch(x, routed.assignment, bank, {0.5});  // cap = ceil(0.5 * 64 / 4) = 8 per expert
-  auto load = routing_stats(routed).load;
+  auto load = read_routing(tally_routing(routed)).load;
   int64_t expect_dropped = 0;
   for (auto l : load) expect_dropped += std::max<int64_t>(0, l - 8);
-  EXPECT_EQ(tight.dropped, expect_dropped);
-  EXPECT_GT(tight.dropped, 0);
+  EXPECT_EQ(tight.dropped.item<int64_t>(), expect_dropped);
+  EXPECT_GT(tight.dropped.item<int64_t>(), 0);
 }
 
 TEST(Dispatch, RepeatedForwardIsBitwiseIdentical) {
@@ -150,8 +150,8 @@ TEST(Dispatch, RepeatedForwardIsBitwiseIdentical) {
   auto r = topk_router(16, 8, 2);
   ExpertBank bank(8, 16, 24);
   auto x = torch::randn({64, 16});
-  auto first = dispatch(x, r->forward(x).assignment, bank).output;
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(first, dispatch(x, r->forward(x).assignment, bank).output));
+  auto first = dispatch(x, r->forward(x).assignment, bank).y_TD;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(first, dispatch(x, r->forward(x).assignment, bank).y_TD));
 }
 
 TEST(Losses, SwitchAuxIsAlphaAtUniformRouting) {
@@ -199,11 +199,76 @@ TEST(Routers, TopPPrefixLengths) {
   EXPECT_EQ(top_p_counts(p, 1.0)[0].item<int64_t>(), 3);
 }
 
+TEST(Routers, TopPExactBoundaryIsExclusive) {
+  // masses ahead of each sorted entry: 0, 0.5, 0.75 (all exact in binary). An entry is taken
+  // while the mass strictly ahead of it is below the threshold.
+  auto p = torch::tensor({0.25, 0.5, 0.25}, torch::kFloat64).view({1, 3});
+  EXPECT_EQ(top_p_counts(p, 0.5)[0].item<int64_t>(), 1);
+  EXPECT_EQ(top_p_counts(p, 0.75)[0].item<int64_t>(), 2);
+  EXPECT_EQ(top_p_counts(p, 0.7500001)[0].item<int64_t>(), 3);
+}
+
+TEST(Losses, SequenceAuxWithTwoUnitsPerToken) {
+  // E = 3, K = 2, one sequence of L = 2 tokens: token 0 -> {0, 1}, token 1 -> {0, 2}; counts (2, 1, 1),
+  // f = E / (K L) * counts = (1.5, 0.75, 0.75); P = mean of (0.5, 0.3, 0.2), (0.4, 0.1, 0.5) = (0.45, 0.2, 0.35)
+  // L = 1.5 * 0.45 + 0.75 * 0.2 + 0.75 * 0.35 = 1.0875
+  auto probs = torch::tensor({0.5, 0.3, 0.2, 0.4, 0.1, 0.5}, torch::kFloat64).view({2, 3});
+  auto token = torch::tensor({0, 0, 1, 1}, torch::kLong), unit = torch::tensor({0, 1, 0, 2}, torch::kLong);
+  EXPECT_NEAR(sequence_aux_loss(probs, token, unit, 2, 2, 1.0).item<double>(), 1.0875, 1e-12);
+}
+
+namespace {
+// One token whose logits are (0, 1, -2): x = [1], W_r = [[0], [1], [-2]].
+RouterOutput route_fixed_logits(RouterKind kind, bool renormalize, double top_p = 0.5) {
+  RouterOptions o;
+  o.kind = kind;
+  o.num_experts = 3;
+  o.top_k = 2;
+  o.renormalize = renormalize;
+  o.top_p = top_p;
+  Router r(1, o);
+  r->to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    r->weight.copy_(torch::tensor({0.0, 1.0, -2.0}, torch::kFloat64).view({3, 1}));
+  }
+  return r->forward(torch::ones({1, 1}, torch::kFloat64));
+}
+}  // namespace
+
+TEST(Routers, SigmoidWeightsHandComputed) {
+  const double s0 = 1 / (1 + std::exp(0.0)), s1 = 1 / (1 + std::exp(-1.0));  // 0.5, 0.7311
+  auto raw = route_fixed_logits(RouterKind::SigmoidTopK, false).assignment;
+  EXPECT_EQ(raw.unit_P[0].item<int64_t>(), 1);
+  EXPECT_EQ(raw.unit_P[1].item<int64_t>(), 0);
+  EXPECT_NEAR(raw.weight_P[0].item<double>(), s1, 1e-15);
+  EXPECT_NEAR(raw.weight_P[1].item<double>(), s0, 1e-15);
+  auto renorm = route_fixed_logits(RouterKind::SigmoidTopK, true).assignment;
+  EXPECT_NEAR(renorm.weight_P[0].item<double>(), s1 / (s0 + s1), 1e-15);
+  EXPECT_NEAR(renorm.weight_P[1].item<double>(), s0 / (s0 + s1), 1e-15);
+}
+
+TEST(Routers, TopPWeightsHandComputed) {
+  // softmax(0, 1, -2) = (1, e, e^-2) / (1 + e + e^-2) = (0.2595, 0.7054, 0.0351); threshold 0.8 keeps
+  // units 1 and 0 (mass ahead of the third: 0.965); renormalised over the kept mass 1 + e.
+  const double e = std::exp(1.0), z = 1 + e + std::exp(-2.0);
+  auto a = route_fixed_logits(RouterKind::TopP, true, 0.8).assignment;
+  ASSERT_EQ(a.unit_P.numel(), 2);
+  EXPECT_EQ(a.unit_P[0].item<int64_t>(), 1);
+  EXPECT_EQ(a.unit_P[1].item<int64_t>(), 0);
+  EXPECT_NEAR(a.weight_P[0].item<double>(), e / (1 + e), 1e-15);
+  EXPECT_NEAR(a.weight_P[1].item<double>(), 1 / (1 + e), 1e-15);
+  auto raw = route_fixed_logits(RouterKind::TopP, false, 0.8).assignment;
+  EXPECT_NEAR(raw.weight_P[0].item<double>(), e / z, 1e-15);
+  EXPECT_NEAR(raw.weight_P[1].item<double>(), 1 / z, 1e-15);
+  EXPECT_EQ(route_fixed_logits(RouterKind::TopP, true, 0.7).assignment.unit_P.numel(), 1);  // 0.7054 >= 0.7
+}
+
 TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
   RouterOptions o;
   o.num_experts = 4, o.top_k = 1, o.bias_update = 0.01;
   Router r(4, o);
-  r->update_selection_bias({10, 2, 4, 4});  // mean 5
+  r->update_selection_bias(torch::tensor({10, 2, 4, 4}, torch::kLong));  // mean 5
   auto b = r->selection_bias;
   EXPECT_FLOAT_EQ(b[0].item<float>(), -0.01f);
   EXPECT_FLOAT_EQ(b[1].item<float>(), 0.01f);
@@ -215,9 +280,9 @@ TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
   }
   auto x = torch::randn({5, 4});
   auto out = r->forward(x);
-  EXPECT_TRUE(torch::equal(out.assignment.unit, torch::full({5}, 3, torch::kLong)));
+  EXPECT_TRUE(torch::equal(out.assignment.unit_P, torch::full({5}, 3, torch::kLong)));
   auto probs = torch::softmax(torch::matmul(x, r->weight.t()), -1);
-  EXPECT_TRUE(torch::allclose(out.assignment.weight.detach(), torch::ones({5})));  // renormalized k=1
+  EXPECT_TRUE(torch::allclose(out.assignment.weight_P.detach(), torch::ones({5})));  // renormalized k=1
   o.renormalize = false;
   Router raw(4, o);
   {
@@ -225,7 +290,7 @@ TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
     raw->weight.copy_(r->weight);
     raw->selection_bias.copy_(r->selection_bias);
   }
-  EXPECT_TRUE(torch::allclose(raw->forward(x).assignment.weight.detach(), probs.select(1, 3)));
+  EXPECT_TRUE(torch::allclose(raw->forward(x).assignment.weight_P.detach(), probs.select(1, 3)));
 }
 
 TEST(MoEModel, LayerPatternsAndNames) {

@@ -9,6 +9,7 @@
 #include "io/checkpoint.h"
 #include "model/transformer.h"
 #include "train/metrics.h"
+#include "io/model_io.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 

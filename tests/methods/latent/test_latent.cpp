@@ -5,15 +5,17 @@
 
 #include <filesystem>
 
-#include "analysis/intrinsic_dim.h"
-#include "analysis/jacobian_rank.h"
 #include "core/config.h"
+#include "io/model_io.h"
 #include "io/safetensors.h"
+#include "methods/latent/intrinsic_dim.h"
+#include "methods/latent/jacobian_rank.h"
+#include "methods/latent/latent.h"
+#include "methods/latent/shape.h"
+#include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
-#include "moe/latent_shape.h"
-#include "train/optim.h"
 
 using namespace mf;
 
@@ -21,23 +23,32 @@ namespace {
 
 ModelConfig latent_model(const std::string& spec) {
   ModelConfig c;
-  c.vocab_size = 41, c.d_model = 16, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
-  c.moe.layers = "1,2", c.moe.latent = spec, c.moe.z_loss_coef = 0;
+  c.vocab_size = 41;
+  c.d_model = 16;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn = "moe";
+  c.moe.layers = "1,2";
+  c.moe.z_loss_coef = 0;
+  c.moe.section<LatentConfig>().shapes = spec;
   return c;
 }
+
+at::Tensor param(torch::nn::Module& m, const std::string& name) { return m.named_parameters()[name]; }
 
 }  // namespace
 
 TEST(LatentMoE, LayerMatchesDenseReference) {
   torch::manual_seed(3);
   auto c = latent_model("8,6,5,2,12");
-  MoEFeedForward f(c, 1);
+  MoEFeedForward f(c, 1, plan_moe(c));
   f.to(torch::kFloat64);
   for (auto& p : f.parameters()) {
     torch::NoGradGuard g;
     p.normal_(0, 0.3);
   }
-  ASSERT_EQ(f.latent_down->weight.sizes(), (std::vector<int64_t>{8, 16}));
+  ASSERT_EQ(param(f, "latent_down.weight").sizes(), (std::vector<int64_t>{8, 16}));
   ASSERT_EQ(f.experts->gate_up_proj.sizes(), (std::vector<int64_t>{5, 12, 8}));
   ASSERT_EQ(f.shared_experts->down_proj.sizes(), (std::vector<int64_t>{1, 16, 12}));
   auto x = torch::randn({2, 7, 16}, torch::kFloat64);
@@ -51,8 +62,8 @@ TEST(LatentMoE, LayerMatchesDenseReference) {
     } else {  // y = W_up sum_i p_i E_i(W_down x) + S(x), every expert on every token
       auto flat = xi.reshape({-1, 16});
       auto r = f.gate->forward(flat);
-      auto z = flat.matmul(f.latent_down->weight.t());
-      y = (dense_reference(z, r.assignment, *f.experts).matmul(f.latent_up->weight.t()) +
+      auto z = flat.matmul(param(f, "latent_down.weight").t());
+      y = (dense_reference(z, r.assignment, *f.experts).matmul(param(f, "latent_up.weight").t()) +
            f.shared_experts->forward_unit(0, flat)).view(x.sizes());
     }
     (y * y.detach().cos()).sum().backward();
@@ -72,9 +83,9 @@ TEST(LatentMoE, HeterogeneousShapesRoundTripThroughCheckpoints) {
   Config back;
   apply_toml_text(back, to_toml(full), "round trip");
   back.model.vocab_size = c.vocab_size;  // from the tokenizer, not the config
-  EXPECT_EQ(back.model.moe.latent, c.moe.latent);
-  EXPECT_EQ(moe_layer_shape(back.model, 2).latent, 4);
-  EXPECT_EQ(moe_layer_shape(back.model, 2).shared_hidden, 0);
+  EXPECT_EQ(back.model.moe.section<LatentConfig>().shapes, c.moe.section<LatentConfig>().shapes);
+  EXPECT_EQ(plan_moe(back.model).shapes.at(2).latent, 4);
+  EXPECT_EQ(plan_moe(back.model).shapes.at(2).shared_hidden, 0);
   TransformerLM a(c);
   a->init_weights(5);
   auto path = (std::filesystem::temp_directory_path() / "mf_latent_roundtrip.safetensors").string();
@@ -99,11 +110,13 @@ TEST(LatentShape, AccountingHandComputedAndMatchesModel) {
   EXPECT_EQ(c.V, 8);    // K l
   EXPECT_EQ(c.Q, 22);   // 2 l + N + 3 ms
   EXPECT_EQ(c.params, 3 * 120 + 8 * 22);
-  auto m = latent_model("8,6,5,2,12");
-  MoEFeedForward f(m, 1);
-  int64_t n = 0;
-  for (auto& p : f.parameters()) n += p.numel();
-  EXPECT_EQ(n, static_cast<int64_t>(latent_cost(16, {8, 6, 5, 2, 12}).params));
+  for (std::string spec : {"8,6,5,2,12", "16,6,5,2,0"}) {  // l = d: the model still builds both projections
+    auto mc = latent_model(spec);
+    MoEFeedForward f(mc, 1, plan_moe(mc));
+    int64_t n = 0;
+    for (auto& p : f.parameters()) n += p.numel();
+    EXPECT_EQ(n, static_cast<int64_t>(latent_cost(16, parse_latent_shapes(spec)[0]).params)) << spec;
+  }
   // accuracy-oriented scaling keeps P, C, V of the uncompressed layer
   MoELayerShape full{0, 6, 5, 2, 0};
   auto scaled = scale_for_accuracy(16, full, 4);
@@ -117,6 +130,8 @@ TEST(LatentShape, AccountingHandComputedAndMatchesModel) {
   ASSERT_FALSE(sq.empty());
   EXPECT_EQ(sq[0], (std::pair<int64_t, int64_t>{64, 64}));
   for (auto& [l, mm] : sq) EXPECT_EQ(l * mm, 4096);
+  // the bound is on l/m only: 32/48 = 0.67 is within 0.4 of 1, 48/32 = 1.5 is not
+  EXPECT_EQ(near_square_shapes(1536, 16, 0.4), (std::vector<std::pair<int64_t, int64_t>>{{32, 48}}));
 }
 
 TEST(LatentShape, SolverMeetsTargetsExactlyThenReportsRounding) {
@@ -194,4 +209,108 @@ TEST(JacobianRank, FormulaMatchesAutogradAndRankIsMinLM) {
     low.down_proj.copy_(torch::randn({1, 6, 1}).matmul(torch::randn({1, 1, 3})));
   }
   EXPECT_EQ(numerical_rank(expert_jacobian(low, 0, torch::randn({6})), 1e-5), 1);
+}
+
+// Methods compose where their math allows: a UniPool pool of LatentMoE latent experts (one
+// latent shape per pool group), NormRouter over latent experts; and refuse clearly otherwise.
+namespace {
+ModelConfig composed_model() {
+  auto c = latent_model("8,16,4,2,0; 8,16,4,2,0; 12,8,6,1,16; 12,8,6,1,16");
+  c.n_layers = 4;
+  c.moe.layers = "all";
+  c.moe.section<UniPoolConfig>().groups = 2;
+  c.moe.section<UniPoolConfig>().aux_loss_coef = 0.01;
+  c.moe.router = RouterKind::NormTopK;
+  return c;
+}
+
+double train_steps(TransformerLM& m, int steps) {
+  torch::manual_seed(0);
+  auto tokens = torch::randint(0, 41, {4, 12}, torch::kLong);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
+  double first = 0, last = 0;
+  m->train();
+  for (int i = 0; i < steps; ++i) {
+    AuxLosses aux;
+    auto logits = m->forward(tokens, aux);
+    auto loss = lm_loss(logits, tokens);
+    opt.zero_grad();
+    (loss + aux.total()).backward();
+    opt.step();
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  return first - last;
+}
+}  // namespace
+
+TEST(Compose, UniPoolOfLatentExpertsTrains) {
+  auto c = composed_model();
+  TransformerLM m(c);
+  m->init_weights(1);
+  auto p = m->named_parameters();
+  // group 0 (blocks 0, 1): l = 8, m = 16, pool 4 + 4; group 1 (blocks 2, 3): l = 12, m = 8, pool 6 + 6
+  EXPECT_EQ(p["model.layers.0.mlp.experts.gate_up_proj"].sizes(), (std::vector<int64_t>{8, 32, 8}));
+  EXPECT_EQ(p["model.layers.2.mlp.experts.gate_up_proj"].sizes(), (std::vector<int64_t>{12, 16, 12}));
+  EXPECT_FALSE(p.contains("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_EQ(p["model.layers.1.mlp.latent_down.weight"].sizes(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(p["model.layers.3.mlp.gate.weight"].sizes(), (std::vector<int64_t>{12, 16}));
+  EXPECT_TRUE(p.contains("model.layers.3.mlp.shared_experts.down_proj"));
+  auto layers = moe_layers(m->feed_forwards());
+  EXPECT_EQ(layers[0]->experts.get(), layers[1]->experts.get());
+  EXPECT_EQ(layers[2]->experts.get(), layers[3]->experts.get());
+  const auto counts = m->param_counts();
+  EXPECT_EQ(counts.expert_stored, counts.expert_vanilla);  // the default pool is the vanilla budget
+  EXPECT_GT(train_steps(m, 40), 1.0);
+  // the pool-level loss ran on the latent layers' NormRouter scores
+  AuxLosses aux;
+  m->forward(torch::randint(0, 41, {2, 6}, torch::kLong), aux);
+  int pool_terms = 0;
+  for (auto& [name, v] : aux.terms) pool_terms += name.find("pool_aux") != std::string::npos && v.item<double>() > 0;
+  EXPECT_EQ(pool_terms, 4);
+}
+
+TEST(Compose, NormRouterOverLatentExpertsMatchesReference) {
+  torch::manual_seed(7);
+  auto c = latent_model("8,6,5,2,0");
+  c.moe.router = RouterKind::NormTopK;
+  MoEFeedForward f(c, 1, plan_moe(c));
+  f.to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    for (auto& p : f.parameters()) p.normal_(0, 0.3);
+  }
+  auto x = torch::randn({9, 16}, torch::kFloat64);
+  AuxLosses aux;
+  auto y = f.forward(x, aux);
+  auto r = f.gate->forward(x);
+  auto z = x.matmul(param(f, "latent_down.weight").t());
+  auto ref = dense_reference(z, r.assignment, *f.experts).matmul(param(f, "latent_up.weight").t());
+  EXPECT_TRUE(torch::allclose(y, ref, 1e-10, 1e-12));
+  TransformerLM m(c);
+  m->init_weights(2);
+  EXPECT_GT(train_steps(m, 40), 1.0);
+}
+
+TEST(Compose, ImpossibleCombinationsNameBothKeys) {
+  auto error = [](const std::vector<std::string>& sets) -> std::string {
+    Config cfg;
+    try {
+      for (auto& s : sets) apply_override(cfg, s);
+      validate(cfg);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto mixed = error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=1",
+                            "model.moe.latent.shapes=8,16,4,2,0; 8,16,4,2,0; 12,8,6,1,0; 12,8,6,1,0"});
+  EXPECT_NE(mixed.find("model.moe.latent.shapes"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("model.moe.unipool.groups"), std::string::npos) << mixed;
+  const auto shared = error({"model.ffn=moe", "model.moe.n_shared=1", "model.moe.latent.shapes=8,16,4,2,0"});
+  EXPECT_NE(shared.find("model.moe.latent.shapes"), std::string::npos) << shared;
+  EXPECT_NE(shared.find("model.moe.n_shared"), std::string::npos) << shared;
+  // the old string key still loads
+  Config old;
+  apply_toml_text(old, "[model]\nffn = \"moe\"\n[model.moe]\nlatent = \"8,16,4,2,0\"\n", "old.toml");
+  EXPECT_EQ(old.model.moe.section<LatentConfig>().shapes, "8,16,4,2,0");
 }

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <set>
+
+#include "analysis/expert_usage.h"
 #include "core/config.h"
+#include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
-#include "moe/pool_balance.h"
 #include "moe/routers.h"
 
 using namespace mf;
@@ -16,7 +19,11 @@ namespace {
 
 Router norm_router(int64_t d, int64_t E, int64_t k, bool renormalize = false) {
   RouterOptions o;
-  o.kind = "norm_topk", o.num_experts = E, o.top_k = k, o.renormalize = renormalize, o.aux_loss_coef = 0,
+  o.kind = RouterKind::NormTopK;
+  o.num_experts = E;
+  o.top_k = k;
+  o.renormalize = renormalize;
+  o.aux_loss_coef = 0;
   o.z_loss_coef = 0;
   Router r(d, o);
   r->to(torch::kFloat64);
@@ -27,7 +34,8 @@ ModelConfig pool_model(int64_t groups, int64_t pool_size = 0) {
   ModelConfig c;
   c.vocab_size = 37, c.d_model = 16, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
   c.moe.num_experts = 4, c.moe.top_k = 1, c.moe.expert_hidden = 8, c.moe.aux_loss_coef = 0, c.moe.z_loss_coef = 0;
-  c.moe.pool_groups = groups, c.moe.pool_size = pool_size;
+  c.moe.section<UniPoolConfig>().groups = groups;
+  c.moe.section<UniPoolConfig>().pool_size = pool_size;
   return c;
 }
 
@@ -38,8 +46,8 @@ TEST(NormRouter, ScoresAreInvariantToInputScale) {
   auto r = norm_router(8, 12, 2);
   auto x = torch::randn({10, 8}, torch::kFloat64);
   auto a = r->forward(x), b = r->forward(x * 37.5);
-  EXPECT_TRUE(torch::allclose(a.scores, b.scores, 1e-6, 0));  // up to eps = 1e-8 next to ||z||
-  EXPECT_TRUE(torch::equal(a.assignment.unit, b.assignment.unit));
+  EXPECT_TRUE(torch::allclose(a.scores_TE, b.scores_TE, 1e-6, 0));  // up to eps = 1e-8 next to ||z||
+  EXPECT_TRUE(torch::equal(a.assignment.unit_P, b.assignment.unit_P));
 }
 
 TEST(NormRouter, HandComputedScores) {
@@ -52,11 +60,11 @@ TEST(NormRouter, HandComputedScores) {
   // x = (3, 4): z = (3, 4, -7), ||z|| = sqrt(74); s = 2 c relu(z / ||z||)
   auto out = r->forward(torch::tensor({{3.0, 4.0}}, torch::kFloat64));
   const double n = std::sqrt(74.0) + 1e-8, c = r->norm_constant;
-  EXPECT_NEAR(out.scores[0][0].item<double>(), 2 * c * 3 / n, 1e-12);
-  EXPECT_NEAR(out.scores[0][1].item<double>(), 2 * c * 4 / n, 1e-12);
-  EXPECT_EQ(out.scores[0][2].item<double>(), 0.0);
-  EXPECT_EQ(out.assignment.unit[0].item<int64_t>(), 1);
-  EXPECT_NEAR(out.assignment.weight[0].item<double>(), 2 * c * 4 / n, 1e-12);  // the score itself, no renorm
+  EXPECT_NEAR(out.scores_TE[0][0].item<double>(), 2 * c * 3 / n, 1e-12);
+  EXPECT_NEAR(out.scores_TE[0][1].item<double>(), 2 * c * 4 / n, 1e-12);
+  EXPECT_EQ(out.scores_TE[0][2].item<double>(), 0.0);
+  EXPECT_EQ(out.assignment.unit_P[0].item<int64_t>(), 1);
+  EXPECT_NEAR(out.assignment.weight_P[0].item<double>(), 2 * c * 4 / n, 1e-12);  // the score itself, no renorm
 }
 
 TEST(NormRouter, ConstantMatchesReferenceAndIsDeterministic) {
@@ -81,17 +89,17 @@ TEST(NormRouter, AllNegativeLogitsGiveZeroWeightsNotNaN) {
     }
     auto x = torch::rand({6, 3}, torch::kFloat64).add_(0.1).requires_grad_(true);  // z < 0 everywhere
     auto out = r->forward(x);
-    EXPECT_EQ(out.assignment.weight.abs().sum().item<double>(), 0.0);
+    EXPECT_EQ(out.assignment.weight_P.abs().sum().item<double>(), 0.0);
     ExpertBank bank(5, 3, 4);
     bank.to(torch::kFloat64);
-    auto y = dispatch(x, out.assignment, bank).output;
+    auto y = dispatch(x, out.assignment, bank).y_TD;
     EXPECT_EQ(y.abs().sum().item<double>(), 0.0);
-    (y.sum() + out.scores.sum()).backward();
+    (y.sum() + out.scores_TE.sum()).backward();
     EXPECT_FALSE(x.grad().isnan().any().item<bool>());
     EXPECT_FALSE(r->weight.grad().isnan().any().item<bool>());
   }
   auto zero = norm_router(3, 5, 1)->forward(torch::zeros({2, 3}, torch::kFloat64));  // ||z|| = 0
-  EXPECT_FALSE(zero.scores.isnan().any().item<bool>());
+  EXPECT_FALSE(zero.scores_TE.isnan().any().item<bool>());
 }
 
 TEST(NormRouter, MatchesDenseReferenceWithoutRenormalization) {
@@ -105,7 +113,7 @@ TEST(NormRouter, MatchesDenseReferenceWithoutRenormalization) {
     for (auto& p : r->parameters()) p.mutable_grad() = at::Tensor();
     for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
     auto out = r->forward(xi);
-    auto y = fast ? dispatch(xi, out.assignment, bank).output : dense_reference(xi, out.assignment, bank);
+    auto y = fast ? dispatch(xi, out.assignment, bank).y_TD : dense_reference(xi, out.assignment, bank);
     (y * y.detach().sin()).sum().backward();
     return std::vector<at::Tensor>{y.detach(), xi.grad(), r->weight.grad().clone(), r->norm_scale.grad().clone(),
                                    bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone()};
@@ -124,9 +132,9 @@ TEST(PoolBalance, DecomposedLossEqualsDirectFormula) {
   for (int64_t l = 0; l < L; ++l) {  // micro-batch 0: no loss yet
     units0.push_back(torch::randint(0, M, {T}, torch::kLong));
     fbar += at::bincount(units0.back(), {}, M).to(torch::kFloat64) / double(T) / double(L);
-    EXPECT_FALSE(pb->layer_loss(torch::rand({T, M}, torch::kFloat64), units0.back(), true).defined());
+    EXPECT_EQ(pb->layer_loss(torch::rand({T, M}, torch::kFloat64), units0.back(), true).item<double>(), 0.0);
   }
-  EXPECT_TRUE(pb->ready());
+  EXPECT_EQ(pb->ready.item<double>(), 1.0);
   EXPECT_TRUE(torch::allclose(pb->fraction, fbar));
   auto sum = torch::zeros({}, torch::kFloat64), pbar = torch::zeros({M}, torch::kFloat64);
   for (int64_t l = 0; l < L; ++l) {  // micro-batch 1 uses micro-batch 0's fractions
@@ -147,9 +155,10 @@ TEST(PoolBalance, UsesPreviousMicroBatchAndIgnoresEvaluation) {
   pb->to(torch::kFloat64);
   auto all_to = [&](int64_t e) { return torch::full({4}, e, torch::kLong); };
   auto s = torch::full({4, M}, 0.25, torch::kFloat64);
-  EXPECT_FALSE(pb->layer_loss(s, all_to(0), true).defined());
-  EXPECT_FALSE(pb->layer_loss(s, all_to(0), true).defined());  // t = 0: everything went to expert 0
-  EXPECT_TRUE(pb->layer_loss(s, all_to(3), false).defined());  // evaluation: a loss, but not recorded
+  EXPECT_EQ(pb->layer_loss(s, all_to(0), true).item<double>(), 0.0);
+  EXPECT_EQ(pb->layer_loss(s, all_to(0), true).item<double>(), 0.0);  // t = 0: everything went to expert 0
+  EXPECT_EQ(pb->ready.item<double>(), 1.0);
+  pb->layer_loss(s, all_to(3), false);  // evaluation: a loss, but not recorded
   auto scores = torch::tensor({{1.0, 0.0, 0.0, 0.0}, {0.5, 0.5, 0.0, 0.0}}, torch::kFloat64);
   // t = 1: fbar = e_0 from t = 0 (not the units routed now): M * fbar . mean(scores) = 4 * 0.75
   EXPECT_DOUBLE_EQ(pb->layer_loss(scores, all_to(2).slice(0, 0, 2), true).item<double>(), 3.0);
@@ -158,29 +167,114 @@ TEST(PoolBalance, UsesPreviousMicroBatchAndIgnoresEvaluation) {
   EXPECT_DOUBLE_EQ(pb->layer_loss(scores, all_to(1).slice(0, 0, 2), true).item<double>(), 0.0);
 }
 
-TEST(SharedPool, GradientIsSumOfPerLayerContributions) {
+TEST(SharedPool, ModelGradientIsSumOfPerLayerCopies) {
+  // The real model: one pool of 16 experts shared by 4 layers vs a vanilla model of 16 private
+  // experts per layer, each a copy of the pool. Same routing, so the pool's gradient must be
+  // the sum of the copies' gradients.
   torch::manual_seed(5);
-  const int64_t d = 6, E = 5;
-  auto r1 = norm_router(d, E, 2), r2 = norm_router(d, E, 2);
-  ExpertBank shared(E, d, 7);
-  shared.to(torch::kFloat64);
-  ExpertBank copy1(E, d, 7), copy2(E, d, 7);
-  copy1.to(torch::kFloat64), copy2.to(torch::kFloat64);
+  auto pooled_cfg = pool_model(1), copies_cfg = pool_model(0);
+  copies_cfg.moe.num_experts = 16;
+  TransformerLM pooled(pooled_cfg), copies(copies_cfg);
+  pooled->init_weights(4);
+  pooled->to(torch::kFloat64);
+  copies->to(torch::kFloat64);
   {
     torch::NoGradGuard g;
-    for (auto* b : {&copy1, &copy2}) b->gate_up_proj.copy_(shared.gate_up_proj), b->down_proj.copy_(shared.down_proj);
+    auto src = pooled->named_parameters();
+    for (auto& p : copies->named_parameters()) {
+      auto name = p.key();
+      auto pos = name.find(".mlp.experts.");
+      if (pos != std::string::npos) name = "model.layers.0" + name.substr(name.find(".mlp.experts."));
+      p.value().copy_(src[name]);
+    }
   }
-  auto x = torch::randn({11, d}, torch::kFloat64);
-  auto two_layers = [&](ExpertBank& a, ExpertBank& b) {
-    auto h = x + dispatch(x, r1->forward(x).assignment, a).output;
-    auto y = h + dispatch(h, r2->forward(h).assignment, b).output;
-    (y * y.detach().cos()).sum().backward();
+  auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
+  for (auto* m : {&pooled, &copies}) {
+    auto logits = (*m)->forward(tokens);
+    lm_loss(logits, tokens).backward();
+  }
+  auto pg = pooled->named_parameters(), cg = copies->named_parameters();
+  for (std::string w : {"gate_up_proj", "down_proj"}) {
+    auto sum = torch::zeros_like(pg["model.layers.0.mlp.experts." + w]);
+    for (int l = 0; l < 4; ++l) sum += cg["model.layers." + std::to_string(l) + ".mlp.experts." + w].grad();
+    EXPECT_GT(cg["model.layers.3.mlp.experts." + w].grad().abs().sum().item<double>(), 0);
+    EXPECT_TRUE(torch::allclose(pg["model.layers.0.mlp.experts." + w].grad(), sum, 1e-10, 1e-12)) << w;
+  }
+}
+
+TEST(SharedPool, InModelPoolLossUsesNormScoresAndPreviousFractions) {
+  // L_l = alpha * M * sum_i fbar_i * mean_t s_ti, with s the layer's NormRouter scores now and
+  // fbar the pairs' shares averaged over the pool's layers in the previous training micro-batch.
+  torch::manual_seed(8);
+  auto c = pool_model(1);
+  c.moe.router = RouterKind::NormTopK;
+  c.moe.top_k = 2;
+  const double alpha = 0.05;
+  c.moe.section<UniPoolConfig>().aux_loss_coef = alpha;
+  TransformerLM m(c);
+  m->init_weights(6);
+  m->to(torch::kFloat64);
+  m->train();
+  auto layers = moe_layers(m->feed_forwards());
+  const int64_t M = 16, L = 4;
+  std::vector<at::Tensor> units(L), scores(L);
+  for (int64_t l = 0; l < L; ++l)
+    layers[l]->dispatch_hook = [&, l](const at::Tensor& x_TD, const Assignment& a) {
+      auto& gate = layers[l]->gate;
+      units[l] = a.unit_P.clone();
+      scores[l] = norm_router_scores(torch::matmul(x_TD, gate->weight.t()), gate->norm_scale, gate->norm_constant,
+                                     c.moe.norm_eps).detach();
+    };
+  auto step = [&](const at::Tensor& tokens) {
+    AuxLosses aux;
+    auto logits = m->forward(tokens, aux);  // before aux.total(): the forward fills `aux`
+    auto loss = lm_loss(logits, tokens) + aux.total();
+    loss.backward();
+    return aux;
   };
-  two_layers(shared, shared);
-  two_layers(copy1, copy2);
-  EXPECT_TRUE(torch::allclose(shared.gate_up_proj.grad(), copy1.gate_up_proj.grad() + copy2.gate_up_proj.grad(), 1e-10, 1e-12));
-  EXPECT_TRUE(torch::allclose(shared.down_proj.grad(), copy1.down_proj.grad() + copy2.down_proj.grad(), 1e-10, 1e-12));
-  EXPECT_GT(copy2.down_proj.grad().abs().sum().item<double>(), 0);
+  step(torch::randint(0, 37, {2, 9}, torch::kLong));
+  auto fbar = torch::zeros({M}, torch::kFloat64);
+  for (auto& u : units) fbar += at::bincount(u, {}, M).to(torch::kFloat64) / double(u.numel()) / double(L);
+  auto aux = step(torch::randint(0, 37, {2, 9}, torch::kLong));
+  int found = 0;
+  for (auto& [name, v] : aux.terms)
+    for (int64_t l = 0; l < L; ++l)
+      if (name == "moe" + std::to_string(l) + ".pool_aux") {
+        const double expect = alpha * M * (fbar * scores[l].mean(0)).sum().item<double>() / double(L);
+        EXPECT_NEAR(v.item<double>(), expect, 1e-12) << name;
+        EXPECT_GT(expect, 0);
+        ++found;
+      }
+  EXPECT_EQ(found, L);
+}
+
+TEST(Probe, RandomRoutingDrawsDistinctCandidatesAndMatchedSetIsMostUsed) {
+  auto c = pool_model(1);
+  c.moe.top_k = 2;
+  TransformerLM m(c);
+  m->init_weights(2);
+  auto layer = moe_layers(m->feed_forwards())[1];
+  const std::vector<int64_t> candidates = {11, 2, 7};
+  layer->random_routing = MoEFeedForward::RandomRouting{candidates, 3};
+  at::Tensor unit_P;
+  layer->dispatch_hook = [&](const at::Tensor&, const Assignment& a) { unit_P = a.unit_P.clone(); };
+  m->forward(torch::randint(0, 37, {3, 20}, torch::kLong));
+  auto u_TK = unit_P.view({-1, 2});
+  std::set<int64_t> seen;
+  for (int64_t t = 0; t < u_TK.size(0); ++t) {
+    const auto a = u_TK[t][0].item<int64_t>(), b = u_TK[t][1].item<int64_t>();
+    EXPECT_NE(a, b) << "token " << t << ": drawn with replacement";
+    seen.insert(a);
+    seen.insert(b);
+  }
+  EXPECT_EQ(seen, std::set<int64_t>(candidates.begin(), candidates.end()));  // 60 tokens hit all three
+  // the matched set: the n most-used experts of the row, ties broken by index
+  ExpertUsage usage;
+  usage.layers = {0};
+  usage.group = {0};
+  usage.counts = {{3, 9, 9, 0, 5, 5}};
+  EXPECT_EQ(usage.most_used(0, 3), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(usage.most_used(0, 4), (std::vector<int64_t>{1, 2, 4, 5}));
 }
 
 TEST(SharedPool, OneGroupPerLayerIsVanillaMoE) {
@@ -201,7 +295,8 @@ TEST(SharedPool, OneGroupPerLayerIsVanillaMoE) {
 
 TEST(SharedPool, OnePoolStoredOncePerGroup) {
   auto c = pool_model(2, 12);  // 4 MoE layers, 2 groups of 2 layers, 6 experts each
-  c.moe.router = "norm_topk", c.moe.pool_aux_loss_coef = 0.01;
+  c.moe.router = RouterKind::NormTopK;
+  c.moe.section<UniPoolConfig>().aux_loss_coef = 0.01;
   TransformerLM m(c);
   m->init_weights(3);
   auto names = m->named_parameters();
@@ -224,28 +319,53 @@ TEST(SharedPool, OnePoolStoredOncePerGroup) {
   // the pool loss appears from the second training micro-batch on
   m->train();
   auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
-  auto count_pool_terms = [&] {
+  auto pool_terms = [&] {
     AuxLosses aux;
     auto loss = lm_loss(m->forward(tokens, aux), tokens);
     if (auto a = aux.total(); a.defined()) loss = loss + a;
     loss.backward();  // the pool refreshes fbar during the forward: backward must still work
     int n = 0;
-    for (auto& t : aux.terms) n += t.first.find("pool_aux") != std::string::npos;
-    return n;
+    double sum = 0;
+    for (auto& t : aux.terms)
+      if (t.first.find("pool_aux") != std::string::npos) {
+        ++n;
+        sum += t.second.item<double>();
+      }
+    return std::make_pair(n, sum);
   };
-  EXPECT_EQ(count_pool_terms(), 0);
-  EXPECT_EQ(count_pool_terms(), 4);
+  EXPECT_EQ(pool_terms(), std::make_pair(4, 0.0));  // no fractions yet: the loss is 0
+  auto second = pool_terms();
+  EXPECT_EQ(second.first, 4);
+  EXPECT_GT(second.second, 0.0);
 }
 
-TEST(SharedPool, ConfigValidationNamesTheKey) {
+namespace {
+std::string config_error(const std::vector<std::string>& sets) {
   Config c;
-  c.model.ffn = "moe", c.model.n_layers = 4, c.model.moe.pool_groups = 3;
   try {
+    for (auto& s : sets) apply_override(c, s);
     validate(c);
-    FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.moe.pool_groups"), std::string::npos);
+    return e.what();
   }
-  c.model.moe.pool_groups = 0, c.model.moe.pool_aux_loss_coef = 0.01;
-  EXPECT_THROW(validate(c), ConfigError);
+  return "";
+}
+}  // namespace
+
+TEST(SharedPool, ConfigValidationNamesTheKey) {
+  EXPECT_NE(config_error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=3"})
+                .find("model.moe.unipool.groups"),
+            std::string::npos);
+  EXPECT_NE(config_error({"model.moe.unipool.aux_loss_coef=0.01"}).find("model.moe.unipool.groups"), std::string::npos);
+  // combinations that cannot work name both keys
+  auto e = config_error({"model.ffn=moe", "model.moe.unipool.groups=1", "model.moe.capacity_factor=1.5"});
+  EXPECT_NE(e.find("model.moe.unipool.groups"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.moe.capacity_factor"), std::string::npos) << e;
+  // the old flat keys still load (configs and checkpoints written before the sub-table)
+  Config c;
+  apply_override(c, "model.moe.pool_groups=2");
+  apply_override(c, "model.moe.pool_aux_loss_coef=0.02");
+  EXPECT_EQ(c.model.moe.section<UniPoolConfig>().groups, 2);
+  EXPECT_EQ(c.model.moe.section<UniPoolConfig>().aux_loss_coef, 0.02);
+  EXPECT_NE(to_toml(c).find("moe.unipool.groups = 2"), std::string::npos);
 }
