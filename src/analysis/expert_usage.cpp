@@ -49,7 +49,9 @@ nlohmann::json ExpertUsage::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (size_t r = 0; r < counts.size(); ++r)
     rows.push_back({{"layer", layers[r]}, {"group", group[r]}, {"counts", counts[r]}});
-  nlohmann::json j = {{"rows", rows}, {"stored_experts", stored_experts()}, {"globally_dead", globally_dead()},
+  nlohmann::json j = {{"rows", rows},
+                      {"stored_experts", stored_experts()},
+                      {"globally_dead", globally_dead()},
                       {"stored_usage", stored_usage(*this)}};
   for (auto& d : loss) j["loss"][d.domain] = d.loss;
   j["loss_mean"] = mean_loss(loss);
@@ -74,7 +76,8 @@ ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& cor
   return u;
 }
 
-std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::string& prefix, const std::string& title) {
+std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::string& prefix,
+                                              const std::string& title) {
   std::vector<std::vector<double>> share;
   HeatmapOptions h;
   const bool pooled = !u.group.empty() && u.group[0] >= 0;
@@ -87,7 +90,8 @@ std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::s
   }
   h.title = title + " — expert usage per layer";
   h.x_label = pooled ? "pool expert" : "expert (each layer's own)";
-  h.y_label = "MoE layer", h.value_label = "share of row";
+  h.y_label = "MoE layer";
+  h.value_label = "share of row";
   std::vector<std::string> paths = {prefix + "_heatmap.svg", prefix + "_hist.svg", prefix + ".json"};
   write_file_atomic(paths[0], heatmap_svg(share, h));
   std::vector<double> stored;

@@ -29,6 +29,7 @@ ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& cor
 
 // Writes PREFIX_heatmap.svg (row-normalized usage) and PREFIX_hist.svg (usage per stored
 // expert, dead ones in red) and PREFIX.json; returns the paths written.
-std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::string& prefix, const std::string& title);
+std::vector<std::string> write_usage_pictures(const ExpertUsage& u, const std::string& prefix,
+                                              const std::string& title);
 
 }  // namespace mf

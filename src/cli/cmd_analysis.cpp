@@ -16,7 +16,8 @@ namespace {
 
 PreparedCorpus open_corpus(const LoadedModel& l, const std::string& data_dir) {
   PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-  if (corpus.vocab_size() != l.cfg.model.vocab_size) throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
+  if (corpus.vocab_size() != l.cfg.model.vocab_size)
+    throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
   return corpus;
 }
 
@@ -26,29 +27,33 @@ void register_analysis_commands(CLI::App& app) {
   static std::string ckpt, data_dir, split = "val", out;
   static int64_t windows = 32;
 
-  auto* usage = app.add_subcommand("usage", "expert usage per MoE layer on held-out data: layer x expert heatmap, "
-                                            "usage per stored expert, globally dead experts (SVG + JSON)");
+  auto* usage = app.add_subcommand("usage",
+                                   "expert usage per MoE layer on held-out data: layer x expert heatmap, "
+                                   "usage per stored expert, globally dead experts (SVG + JSON)");
   usage->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   usage->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
   usage->add_option("--windows", windows, "windows of train.seq_len tokens per domain")->check(CLI::PositiveNumber);
   usage->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
-  usage->add_option("--out", out, "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
-                                  "usage.json)");
+  usage->add_option("--out", out,
+                    "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
+                    "usage.json)");
   usage->callback([] {
     auto l = load_model(ckpt);
     auto corpus = open_corpus(l, data_dir);
     auto u = measure_expert_usage(l.model, corpus, split, l.cfg.train.seq_len, windows);
     if (u.counts.empty()) throw std::runtime_error("the model has no MoE layers");
-    const std::string prefix = out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "usage").string() : out;
+    const std::string prefix =
+        out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "usage").string() : out;
     auto paths = write_usage_pictures(u, prefix, l.cfg.run.name);
-    std::cout << fmt::format("{:<8} {:>6} {:>12} {:>14} {:>10}\n", "block", "group", "experts used", "top share", "pairs");
+    std::cout << fmt::format("{:<8} {:>6} {:>12} {:>14} {:>10}\n", "block", "group", "experts used", "top share",
+                             "pairs");
     for (size_t r = 0; r < u.counts.size(); ++r) {
       const auto& c = u.counts[r];
       const double total = std::accumulate(c.begin(), c.end(), 0.0);
       const auto used = std::count_if(c.begin(), c.end(), [](int64_t v) { return v > 0; });
-      std::cout << fmt::format("{:<8} {:>6} {:>5} of {:<4} {:>14.3f} {:>10.0f}\n", u.layers[r], u.group[r], used, c.size(),
-                               total > 0 ? static_cast<double>(*std::max_element(c.begin(), c.end())) / total : 0.0,
-                               total);
+      std::cout << fmt::format(
+          "{:<8} {:>6} {:>5} of {:<4} {:>14.3f} {:>10.0f}\n", u.layers[r], u.group[r], used, c.size(),
+          total > 0 ? static_cast<double>(*std::max_element(c.begin(), c.end())) / total : 0.0, total);
     }
     std::cout << fmt::format("stored experts {}, globally dead {}; mean {} loss {:.4f}\n", u.stored_experts(),
                              u.globally_dead(), split, mean_loss(u.loss));
@@ -56,15 +61,18 @@ void register_analysis_commands(CLI::App& app) {
   });
 
   auto* probe = app.add_subcommand(
-      "probe", "routing-randomization probe (UniPool): randomize one MoE layer's expert choice at a time and report "
-               "the held-out loss increase per layer and on average");
+      "probe",
+      "routing-randomization probe (UniPool): randomize one MoE layer's expert choice at a time and report "
+      "the held-out loss increase per layer and on average");
   static std::string layers, out_json;
   static std::vector<std::string> modes;
   static ProbeOptions po;
   probe->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   probe->add_option("--layers", layers, "comma-separated block indices (default: each deep-half MoE layer)");
-  probe->add_option("--mode", modes, "own (private experts), pool (the whole shared pool), matched (the layer's "
-                                     "num_experts most-used experts); default own, or pool and matched for shared pools")
+  probe
+      ->add_option("--mode", modes,
+                   "own (private experts), pool (the whole shared pool), matched (the layer's "
+                   "num_experts most-used experts); default own, or pool and matched for shared pools")
       ->check(CLI::IsMember({"own", "pool", "matched"}));
   probe->add_option("--windows", po.windows, "windows per domain")->check(CLI::PositiveNumber);
   probe->add_option("--seed", po.seed, "seed of the random expert draws");
@@ -73,7 +81,9 @@ void register_analysis_commands(CLI::App& app) {
   probe->callback([] {
     auto l = load_model(ckpt);
     auto corpus = open_corpus(l, data_dir);
-    po.modes = modes, po.seq_len = l.cfg.train.seq_len, po.layers.clear();
+    po.modes = modes;
+    po.seq_len = l.cfg.train.seq_len;
+    po.layers.clear();
     std::stringstream ss(layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) po.layers.push_back(std::stoll(item));

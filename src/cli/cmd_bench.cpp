@@ -40,10 +40,10 @@ double best_seconds(int iters, Fn f) {
 // that moeforge sets for itself (and its children inherit).
 nlohmann::json run_peer(const std::string& script, const Shape& s, int iters, int threads, bool default_env) {
   if (!std::filesystem::exists(script)) return {{"skipped", "peer script not found: " + script}};
-  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --tokens {} --d {} --experts {} --top-k {} --hidden {} "
-                                "--iters {} --threads {} 2>&1",
-                                default_env ? "env -u OMP_WAIT_POLICY " : "", script, s.T, s.d, s.E, s.k, s.F,
-                                iters, threads);
+  std::string cmd = fmt::format(
+      "{}/usr/bin/python3 '{}' --tokens {} --d {} --experts {} --top-k {} --hidden {} "
+      "--iters {} --threads {} 2>&1",
+      default_env ? "env -u OMP_WAIT_POLICY " : "", script, s.T, s.d, s.E, s.k, s.F, iters, threads);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {{"skipped", "cannot run python3"}};
   std::string out;
@@ -63,8 +63,9 @@ void register_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   auto* moe = bench->add_subcommand(
-      "moe", "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer, (b) a dense SwiGLU "
-             "with the same active FLOPs, (c) the Hugging Face style per-expert Python loop (python3-torch)");
+      "moe",
+      "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer, (b) a dense SwiGLU "
+      "with the same active FLOPs, (c) the Hugging Face style per-expert Python loop (python3-torch)");
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
   static int iters = 3, threads = 2;
   moe->add_option("--shape", which, "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128) or all")
@@ -80,7 +81,8 @@ void register_bench_commands(CLI::App& app) {
     if (which != "fine") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
     if (which != "coarse") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
     nlohmann::json results = nlohmann::json::array();
-    std::cout << fmt::format("{:<8} {:<22} {:>10} {:>10} {:>9}\n", "shape", "implementation", "tokens/s", "GFLOP/s", "vs dense");
+    std::cout << fmt::format("{:<8} {:<22} {:>10} {:>10} {:>9}\n", "shape", "implementation", "tokens/s", "GFLOP/s",
+                             "vs dense");
     for (const auto& s : shapes) {
       const double flops = 18.0 * s.T * s.k * s.d * s.F;  // fwd + bwd of the active experts
       RouterOptions ro;
@@ -95,19 +97,27 @@ void register_bench_commands(CLI::App& app) {
         dispatch(x, r.assignment, bank).y_TD.backward(grad);
       });
       double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
-      auto peer_res = peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, s, iters, threads, false);
+      auto peer_res =
+          peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, s, iters, threads, false);
       auto peer_default = peer.empty() ? peer_res : run_peer(peer, s, iters, threads, true);
       auto row = [&](const std::string& impl, double sec) {
         std::cout << fmt::format("{:<8} {:<22} {:>10.0f} {:>10.1f} {:>8.2f}x\n", s.name, impl, s.T / sec,
                                  flops / sec / 1e9, t_dense / sec);
-        results.push_back({{"shape", s.name}, {"impl", impl}, {"seconds", sec}, {"tokens_per_s", s.T / sec},
-                           {"gflops", flops / sec / 1e9}, {"vs_dense", t_dense / sec}});
+        results.push_back({{"shape", s.name},
+                           {"impl", impl},
+                           {"seconds", sec},
+                           {"tokens_per_s", s.T / sec},
+                           {"gflops", flops / sec / 1e9},
+                           {"vs_dense", t_dense / sec}});
       };
       row("moeforge MoE layer", t_moe);
       row("dense SwiGLU (k*F)", t_dense);
-      for (auto& [impl, res] : {std::pair{"python loop (same env)", peer_res}, std::pair{"python loop (default)", peer_default}}) {
-        if (res.contains("seconds")) row(impl, res["seconds"].get<double>());
-        else std::cout << fmt::format("{:<8} {:<22} {}\n", s.name, impl, res["skipped"].get<std::string>());
+      for (auto& [impl, res] :
+           {std::pair{"python loop (same env)", peer_res}, std::pair{"python loop (default)", peer_default}}) {
+        if (res.contains("seconds"))
+          row(impl, res["seconds"].get<double>());
+        else
+          std::cout << fmt::format("{:<8} {:<22} {}\n", s.name, impl, res["skipped"].get<std::string>());
       }
     }
     if (!json_out.empty()) write_file_atomic(json_out, results.dump(2) + "\n");

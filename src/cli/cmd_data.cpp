@@ -55,8 +55,10 @@ void doctor(int64_t threads) {
   std::cout << fmt::format("moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s | {}\n",
                            MOEFORGE_VERSION, TORCH_VERSION, at::get_num_threads(), blas, gflops, runtime_summary());
   if (gflops < 20)
-    spdlog::warn("sgemm is slow ({:.1f} GFLOP/s). Install libopenblas0-pthread so LibTorch uses OpenBLAS "
-                 "(Debian's reference BLAS is ~25x slower): sudo apt-get install libopenblas0-pthread", gflops);
+    spdlog::warn(
+        "sgemm is slow ({:.1f} GFLOP/s). Install libopenblas0-pthread so LibTorch uses OpenBLAS "
+        "(Debian's reference BLAS is ~25x slower): sudo apt-get install libopenblas0-pthread",
+        gflops);
 }
 
 }  // namespace
@@ -84,14 +86,15 @@ void register_data_commands(CLI::App& app) {
     for (auto& d : r.manifest["domains"])
       std::cout << fmt::format("{:<12} {:>10} {:>12} {:>10} {:>10} {:>9.3f}\n", d["name"].get<std::string>(),
                                d["documents"].get<int64_t>(), d["splits"]["train"]["tokens"].get<int64_t>(),
-                               d["splits"]["val"]["tokens"].get<int64_t>(), d["splits"]["test"]["tokens"].get<int64_t>(),
-                               d["unigram_entropy_nats"].get<double>());
+                               d["splits"]["val"]["tokens"].get<int64_t>(),
+                               d["splits"]["test"]["tokens"].get<int64_t>(), d["unigram_entropy_nats"].get<double>());
     std::cout << fmt::format("unigram entropy of the training tokens: {:.3f} nats; data in {}{}\n",
                              r.manifest["unigram_entropy_nats"].get<double>(), cfg.data.dir,
                              r.skipped ? " (unchanged)" : "");
   });
 
-  auto* doc = app.add_subcommand("doctor", "print LibTorch version, threads, the BLAS in use and measured sgemm GFLOP/s");
+  auto* doc =
+      app.add_subcommand("doctor", "print LibTorch version, threads, the BLAS in use and measured sgemm GFLOP/s");
   static int64_t threads = 0;
   doc->add_option("--threads", threads, "intra-op threads to measure with (0 = LibTorch default)");
   doc->callback([] { doctor(threads); });

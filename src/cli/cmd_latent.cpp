@@ -9,11 +9,11 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
-#include "model/moe_ffn.h"
 #include "methods/latent/intrinsic_dim.h"
 #include "methods/latent/jacobian_rank.h"
 #include "methods/latent/latent.h"
 #include "methods/latent/shape.h"
+#include "model/moe_ffn.h"
 
 namespace mf::cli {
 namespace {
@@ -22,18 +22,18 @@ MoELayerShape parse_one(const std::string& s, const char* what) {
   try {
     auto v = parse_latent_shapes(s);
     if (v.size() == 1) return v[0];
-  } catch (const ConfigError&) {
-  }
+  } catch (const ConfigError&) {}
   throw CLI::ValidationError(what, "expected one layer shape l,m,N,K,ms, got '" + s + "'");
 }
 
 std::string cost_row(int64_t d, const MoELayerShape& s) {
   auto c = latent_cost(d, s);
-  return fmt::format("l={:<5} m={:<5} N={:<5} K={:<3} ms={:<5} | P={:<10.0f} C={:<9.0f} V={:<6.0f} Q={:<6.0f} | "
-                     "params {:.3f}M  MACs/token {:.3f}M  aspect l/m {:.2f}",
-                     s.latent > 0 ? s.latent : d, s.expert_hidden, s.num_experts, s.top_k, s.shared_hidden, c.P, c.C, c.V,
-                     c.Q, c.params / 1e6, c.macs / 1e6,
-                     static_cast<double>(s.latent > 0 ? s.latent : d) / static_cast<double>(s.expert_hidden));
+  return fmt::format(
+      "l={:<5} m={:<5} N={:<5} K={:<3} ms={:<5} | P={:<10.0f} C={:<9.0f} V={:<6.0f} Q={:<6.0f} | "
+      "params {:.3f}M  MACs/token {:.3f}M  aspect l/m {:.2f}",
+      s.latent > 0 ? s.latent : d, s.expert_hidden, s.num_experts, s.top_k, s.shared_hidden, c.P, c.C, c.V, c.Q,
+      c.params / 1e6, c.macs / 1e6,
+      static_cast<double>(s.latent > 0 ? s.latent : d) / static_cast<double>(s.expert_hidden));
 }
 
 }  // namespace
@@ -42,10 +42,12 @@ void register_latent_commands(CLI::App& app) {
   static int64_t d = 256, multiple = 64, budget = 0, alpha = 2;
   static std::string layer, targets;
   static double max_dev = 0.4;
-  auto* shape = app.add_subcommand("shape", "LatentMoE shape tools: per-layer cost (P, C, V, Q), near-square expert "
-                                            "shapes, accuracy scaling, constant-cost allocation solver");
+  auto* shape = app.add_subcommand("shape",
+                                   "LatentMoE shape tools: per-layer cost (P, C, V, Q), near-square expert "
+                                   "shapes, accuracy scaling, constant-cost allocation solver");
   shape->require_subcommand(1);
-  auto* cost = shape->add_subcommand("cost", "P = N l m, C = K l m, V = K l, Q = 2l + N + 3ms; params and MACs per token");
+  auto* cost =
+      shape->add_subcommand("cost", "P = N l m, C = K l m, V = K l, Q = 2l + N + 3ms; params and MACs per token");
   cost->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
   cost->add_option("layer", layer, "layer shape l,m,N,K,ms (l = 0: experts on the full width)")->required();
   cost->callback([] { std::cout << cost_row(d, parse_one(layer, "layer")) << "\n"; });
@@ -60,7 +62,8 @@ void register_latent_commands(CLI::App& app) {
     for (auto& [l, m] : v) std::cout << fmt::format("l={:<6} m={:<6} l/m={:.3f}\n", l, m, double(l) / double(m));
   });
 
-  auto* scale = shape->add_subcommand("scale", "accuracy-oriented LatentMoE scaling: l = d/alpha, N' = alpha N, K' = alpha K");
+  auto* scale =
+      shape->add_subcommand("scale", "accuracy-oriented LatentMoE scaling: l = d/alpha, N' = alpha N, K' = alpha K");
   scale->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
   scale->add_option("--alpha", alpha, "compression d/l")->check(CLI::PositiveNumber);
   scale->add_option("layer", layer, "uncompressed layer 0,m,N,K,ms")->required();
@@ -69,8 +72,9 @@ void register_latent_commands(CLI::App& app) {
     std::cout << "before: " << cost_row(d, s) << "\nafter:  " << cost_row(d, scale_for_accuracy(d, s, alpha)) << "\n";
   });
 
-  auto* solve = shape->add_subcommand("solve", "constant-cost allocation: for each target latent width, the layer "
-                                               "matching the reference's P, C, V and Q; rounded, with deviations");
+  auto* solve = shape->add_subcommand("solve",
+                                      "constant-cost allocation: for each target latent width, the layer "
+                                      "matching the reference's P, C, V and Q; rounded, with deviations");
   solve->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
   solve->add_option("--ref", layer, "reference layer l,m,N,K,ms")->required();
   solve->add_option("--latent", targets, "comma-separated target latent widths")->required();
@@ -81,8 +85,8 @@ void register_latent_commands(CLI::App& app) {
     std::stringstream ss(targets);
     for (std::string t; std::getline(ss, t, ',');) {
       auto s = solve_constant_cost(d, ref, std::stoll(t), multiple);
-      std::cout << fmt::format("l={}: exact m={:.2f} N={:.2f} K={:.3f} ms={:.2f}\n  rounded {}\n  deviation {}\n",
-                               t, s.m, s.N, s.K, s.ms, cost_row(d, s.rounded), s.deviations());
+      std::cout << fmt::format("l={}: exact m={:.2f} N={:.2f} K={:.3f} ms={:.2f}\n  rounded {}\n  deviation {}\n", t,
+                               s.m, s.N, s.K, s.ms, cost_row(d, s.rounded), s.deviations());
     }
   });
 
@@ -90,8 +94,9 @@ void register_latent_commands(CLI::App& app) {
   static int64_t collect = 20000, keep = 5000, samples = 64;
   static uint64_t seed = 0;
   static double tol = 1e-3;
-  auto* id = app.add_subcommand("id", "layerwise intrinsic dimension (TwoNN) of a checkpoint's token representations, "
-                                      "its plot, and the two-segment LatentMoE allocation it suggests");
+  auto* id = app.add_subcommand("id",
+                                "layerwise intrinsic dimension (TwoNN) of a checkpoint's token representations, "
+                                "its plot, and the two-segment LatentMoE allocation it suggests");
   id->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   id->add_option("--collect", collect, "tokens collected from the validation split")->check(CLI::PositiveNumber);
   id->add_option("--keep", keep, "tokens kept at random (seeded) for TwoNN")->check(CLI::PositiveNumber);
@@ -112,7 +117,9 @@ void register_latent_commands(CLI::App& app) {
     write_file_atomic(prefix + ".svg", line_chart_svg({s}, {"intrinsic dimension per block — " + l.cfg.run.name,
                                                             "block (output of)", "TwoNN ID"}));
     const int64_t split = two_segment_split(p.id);
-    nlohmann::json j = {{"id", p.id}, {"tokens_collected", p.tokens_collected}, {"tokens_used", p.tokens_used},
+    nlohmann::json j = {{"id", p.id},
+                        {"tokens_collected", p.tokens_collected},
+                        {"tokens_used", p.tokens_used},
                         {"two_segment_split", split}};
     for (size_t i = 0; i < p.id.size(); ++i) std::cout << fmt::format("block {:<3} ID {:.2f}\n", i, p.id[i]);
     std::cout << (split < 0 ? std::string("no two-segment split: the profile never separates a low-ID prefix\n")
@@ -129,8 +136,8 @@ void register_latent_commands(CLI::App& app) {
       auto& latent = cfg.model.moe.section<LatentConfig>().shapes;
       latent = format_latent_shapes(shapes);
       write_file_atomic(prefix + "_allocation.toml", to_toml(cfg));
-      j["allocation"] = {{"latent", latent}, {"narrow_deviation", sn.deviations()},
-                         {"wide_deviation", sw.deviations()}};
+      j["allocation"] = {
+          {"latent", latent}, {"narrow_deviation", sn.deviations()}, {"wide_deviation", sw.deviations()}};
       std::cout << fmt::format("model.moe.latent.shapes = \"{}\"\n  narrow: {}\n  wide:   {}\nwrote {}\n", latent,
                                sn.deviations(), sw.deviations(), prefix + "_allocation.toml");
     }
@@ -138,7 +145,8 @@ void register_latent_commands(CLI::App& app) {
     std::cout << "wrote " << prefix << ".json, " << prefix << ".svg\n";
   });
 
-  auto* jac = app.add_subcommand("jacobian", "numerical rank of routed experts' local Jacobians per MoE layer, / min(l, m)");
+  auto* jac =
+      app.add_subcommand("jacobian", "numerical rank of routed experts' local Jacobians per MoE layer, / min(l, m)");
   jac->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   jac->add_option("--samples", samples, "routed (token, expert) pairs per layer")->check(CLI::PositiveNumber);
   jac->add_option("--tol", tol, "singular values above tol * sigma_max count");

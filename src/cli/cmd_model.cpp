@@ -8,9 +8,9 @@
 
 #include "cli/commands.h"
 #include "data/shards.h"
-#include "model/moe_ffn.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "model/moe_ffn.h"
 #include "serve/generate.h"
 #include "train/evaluate.h"
 #include "train/optim.h"
@@ -42,7 +42,8 @@ void register_model_commands(CLI::App& app) {
   ev->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
   ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::PositiveNumber);
   ev->add_option("--seq-len", seq_len, "window length (default: train.seq_len)");
-  ev->add_option("--dump-logits", dump_path, "write the logits of --tokens/--text as safetensors (tensor 'logits' [T, V])");
+  ev->add_option("--dump-logits", dump_path,
+                 "write the logits of --tokens/--text as safetensors (tensor 'logits' [T, V])");
   ev->add_option("--tokens", dump_tokens, "comma-separated token ids for --dump-logits");
   ev->add_option("--text", dump_text, "text to tokenize for --dump-logits");
   ev->add_option("--threads", threads, "intra-op threads (0 = default)");
@@ -56,7 +57,8 @@ void register_model_commands(CLI::App& app) {
       }
       if (ids.empty()) throw CLI::ValidationError("--dump-logits needs --tokens or --text");
       for (auto id : ids)
-        if (id < 0 || id >= l.cfg.model.vocab_size) throw CLI::ValidationError(fmt::format("token id {} out of range", id));
+        if (id < 0 || id >= l.cfg.model.vocab_size)
+          throw CLI::ValidationError(fmt::format("token id {} out of range", id));
       torch::NoGradGuard g;
       l.model->eval();
       auto logits = l.model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0);
@@ -65,7 +67,8 @@ void register_model_commands(CLI::App& app) {
       return;
     }
     PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-    if (corpus.vocab_size() != l.cfg.model.vocab_size) throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
+    if (corpus.vocab_size() != l.cfg.model.vocab_size)
+      throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
     auto losses = evaluate_domains(l.model, corpus, split, seq_len > 0 ? seq_len : l.cfg.train.seq_len, windows, 16);
     std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
     for (auto& d : losses)
@@ -100,32 +103,48 @@ void register_model_commands(CLI::App& app) {
     auto ck = read_checkpoint(ckpt);
     auto c = l.model->param_counts();
     const auto& m = l.cfg.model;
-    nlohmann::json j = {{"checkpoint", ck.dir}, {"architecture", ck.metadata()["moeforge.architecture"]},
-                        {"step", std::stoll(ck.metadata()["moeforge.step"])}, {"vocab_size", m.vocab_size},
-                        {"d_model", m.d_model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
-                        {"n_kv_heads", m.n_kv_heads}, {"ffn", m.ffn}, {"ffn_hidden", m.ffn_hidden},
-                        {"max_seq_len", m.max_seq_len}, {"parameters", c.total}, {"parameters_embedding", c.embedding},
-                        {"parameters_non_embedding", c.non_embedding}, {"parameters_active_per_token", c.active}};
+    nlohmann::json j = {{"checkpoint", ck.dir},
+                        {"architecture", ck.metadata()["moeforge.architecture"]},
+                        {"step", std::stoll(ck.metadata()["moeforge.step"])},
+                        {"vocab_size", m.vocab_size},
+                        {"d_model", m.d_model},
+                        {"n_layers", m.n_layers},
+                        {"n_heads", m.n_heads},
+                        {"n_kv_heads", m.n_kv_heads},
+                        {"ffn", m.ffn},
+                        {"ffn_hidden", m.ffn_hidden},
+                        {"max_seq_len", m.max_seq_len},
+                        {"parameters", c.total},
+                        {"parameters_embedding", c.embedding},
+                        {"parameters_non_embedding", c.non_embedding},
+                        {"parameters_active_per_token", c.active}};
     if (m.ffn == "moe") {
       std::set<int64_t> per_router, banks;
       for (auto& layer : moe_layers(l.model->feed_forwards())) {
         per_router.insert(layer->shape().num_experts);
         if (layer->bank_group >= 0) banks.insert(layer->bank_group);
       }
-      j["moe"] = {{"layers", m.moe.layers}, {"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k},
-                  {"expert_hidden", m.moe.expert_hidden}, {"router", to_string(m.moe.router)},
-                  {"n_shared", m.moe.n_shared}, {"shared_banks", banks.size()},
-                  {"experts_per_router", per_router.size() == 1 ? nlohmann::json(*per_router.begin())
-                                                                : nlohmann::json(per_router)},
-                  {"expert_parameters_stored", c.expert_stored}, {"router_parameters", c.router},
-                  {"expert_parameters_vanilla", c.expert_vanilla},
-                  {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};
+      j["moe"] = {
+          {"layers", m.moe.layers},
+          {"num_experts", m.moe.num_experts},
+          {"top_k", m.moe.top_k},
+          {"expert_hidden", m.moe.expert_hidden},
+          {"router", to_string(m.moe.router)},
+          {"n_shared", m.moe.n_shared},
+          {"shared_banks", banks.size()},
+          {"experts_per_router",
+           per_router.size() == 1 ? nlohmann::json(*per_router.begin()) : nlohmann::json(per_router)},
+          {"expert_parameters_stored", c.expert_stored},
+          {"router_parameters", c.router},
+          {"expert_parameters_vanilla", c.expert_vanilla},
+          {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};
     }
     if (as_json) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    for (auto& [k, v] : j.items()) std::cout << fmt::format("{:<28} {}\n", k, v.is_string() ? v.get<std::string>() : v.dump());
+    for (auto& [k, v] : j.items())
+      std::cout << fmt::format("{:<28} {}\n", k, v.is_string() ? v.get<std::string>() : v.dump());
     std::cout << "tensors:\n";
     for (auto& [name, t] : ck.model.tensors)
       std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(t.scalar_type()), c10::str(t.sizes()));

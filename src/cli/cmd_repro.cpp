@@ -33,8 +33,9 @@ void register_repro_commands(CLI::App& app) {
   repro->require_subcommand(1);
 
   auto* up = repro->add_subcommand(
-      "unipool", "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
-                 "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
+      "unipool",
+      "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
+      "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
   static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool"};
   static bool g2 = false, probe = true;
   add_repro_options(up, unipool_args);
@@ -42,8 +43,9 @@ void register_repro_commands(CLI::App& app) {
   up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
   up->callback([] { write_results(unipool_repro(unipool_args, g2, probe)); });
 
-  auto* lt = repro->add_subcommand("latent", "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
-                                             "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
+  auto* lt = repro->add_subcommand("latent",
+                                   "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
+                                   "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
   static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent"};
   static int64_t multiple = 8;
   add_repro_options(lt, latent_args);

@@ -28,8 +28,9 @@ static void print_summary(const TrainResult& r) {
 }
 
 void register_train_commands(CLI::App& app) {
-  auto* tr = app.add_subcommand("train", "train a language model from a TOML config; writes runs/NAME/ with "
-                                         "config.toml, metrics.jsonl, checkpoints/ and summary.json");
+  auto* tr = app.add_subcommand("train",
+                                "train a language model from a TOML config; writes runs/NAME/ with "
+                                "config.toml, metrics.jsonl, checkpoints/ and summary.json");
   static std::string cfg_path;
   static std::vector<std::string> sets;
   static TrainOptions opt;
@@ -74,8 +75,10 @@ void register_train_commands(CLI::App& app) {
   add_set_option(cf, show_sets);
   cf->add_flag("--markdown", markdown, "print the config reference (every key, type, default, range) as Markdown");
   cf->callback([] {
-    if (markdown) std::cout << schema_markdown();
-    else std::cout << to_toml(resolve_config(show_path, show_sets));
+    if (markdown)
+      std::cout << schema_markdown();
+    else
+      std::cout << to_toml(resolve_config(show_path, show_sets));
   });
 }
 

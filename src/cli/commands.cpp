@@ -1,6 +1,5 @@
 #include "cli/commands.h"
 
-
 namespace mf::cli {
 
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets) {
@@ -11,8 +10,9 @@ Config resolve_config(const std::string& path, const std::vector<std::string>& s
 }
 
 void add_set_option(CLI::App* cmd, std::vector<std::string>& sets) {
-  cmd->add_option("--set", sets, "override a config key, e.g. --set train.lr=1e-3 (repeatable; "
-                                 "`moeforge config --markdown` lists the keys)")
+  cmd->add_option("--set", sets,
+                  "override a config key, e.g. --set train.lr=1e-3 (repeatable; "
+                  "`moeforge config --markdown` lists the keys)")
       ->type_name("KEY=VALUE");
 }
 

@@ -1,6 +1,6 @@
 // moeforge: the command-line front end of libmoeforge.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "core/runtime.h"
@@ -12,8 +12,9 @@ int main(int argc, char** argv) {
   mf::ensure_passive_openmp(argv);
   mf::tune_allocator();
   mf::register_builtin_methods();
-  CLI::App app{"MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"
-               "Start with `moeforge data prepare`, then `moeforge train configs/quickstart.toml`."};
+  CLI::App app{
+      "MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"
+      "Start with `moeforge data prepare`, then `moeforge train configs/quickstart.toml`."};
   app.set_version_flag("--version", std::string("moeforge ") + MOEFORGE_VERSION);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "debug logging");

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 namespace mf {
 
@@ -31,7 +31,7 @@ const KeySpec* find_key(const std::string& path) {
 }
 
 const std::vector<std::string>& router_kind_names() {
-  static const std::vector<std::string> n = {"softmax_topk", "sigmoid_topk", "norm_topk",
+  static const std::vector<std::string> n = {"softmax_topk", "sigmoid_topk",   "norm_topk",
                                              "top_p",        "uniform_random", "balanced"};
   return n;
 }
@@ -73,7 +73,10 @@ std::string closest_key(const std::string& path) {
   size_t best_d = SIZE_MAX;
   for (const auto& k : config_schema()) {
     size_t d = edit_distance(path, k.path);
-    if (d < best_d) best_d = d, best = k.path;
+    if (d < best_d) {
+      best_d = d;
+      best = k.path;
+    }
   }
   return best;
 }
@@ -98,7 +101,10 @@ std::string value_to_string(const Value& v) {
   std::string out = "\"";
   for (char c : std::get<std::string>(v)) {
     if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     out += c;
   }
   return out + "\"";
@@ -116,27 +122,26 @@ static std::string range_text(const KeySpec& k) {
 
 // Type-checks, range-checks and stores one value.
 static void set_checked(Config& cfg, const KeySpec& k, Value v, const std::string& where) {
-  if (k.type == ValueType::Float && std::holds_alternative<int64_t>(v))
-    v = static_cast<double>(std::get<int64_t>(v));
+  if (k.type == ValueType::Float && std::holds_alternative<int64_t>(v)) v = static_cast<double>(std::get<int64_t>(v));
   bool ok = (k.type == ValueType::Int && std::holds_alternative<int64_t>(v)) ||
             (k.type == ValueType::Float && std::holds_alternative<double>(v)) ||
             (k.type == ValueType::Bool && std::holds_alternative<bool>(v)) ||
             (k.type == ValueType::String && std::holds_alternative<std::string>(v));
   if (!ok)
-    throw ConfigError(fmt::format("{}: key '{}' must be a {}, got {}", where, k.path,
-                                  type_name(k.type), value_to_string(v)));
+    throw ConfigError(
+        fmt::format("{}: key '{}' must be a {}, got {}", where, k.path, type_name(k.type), value_to_string(v)));
   double num = 0;
   if (auto* i = std::get_if<int64_t>(&v)) num = static_cast<double>(*i);
   if (auto* d = std::get_if<double>(&v)) num = *d;
   bool numeric = k.type == ValueType::Int || k.type == ValueType::Float;
   if (numeric && k.min <= k.max && (!(num >= k.min && num <= k.max) || std::isnan(num)))
-    throw ConfigError(fmt::format("{}: key '{}' = {} is out of range; allowed {}", where, k.path,
-                                  value_to_string(v), range_text(k)));
+    throw ConfigError(
+        fmt::format("{}: key '{}' = {} is out of range; allowed {}", where, k.path, value_to_string(v), range_text(k)));
   if (k.type == ValueType::String) {
     const auto& s = std::get<std::string>(v);
     if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
-      throw ConfigError(fmt::format("{}: key '{}' = \"{}\" is not allowed; allowed {}", where,
-                                    k.path, s, range_text(k)));
+      throw ConfigError(
+          fmt::format("{}: key '{}' = \"{}\" is not allowed; allowed {}", where, k.path, s, range_text(k)));
   }
   k.set(cfg, v);
 }
@@ -149,8 +154,7 @@ static std::optional<Value> node_value(const toml::node& n) {
   return std::nullopt;
 }
 
-static void apply_table(Config& cfg, const toml::table& tbl, const std::string& prefix,
-                        const std::string& source) {
+static void apply_table(Config& cfg, const toml::table& tbl, const std::string& prefix, const std::string& source) {
   for (auto&& [k, node] : tbl) {
     std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (node.is_table()) {
@@ -159,11 +163,9 @@ static void apply_table(Config& cfg, const toml::table& tbl, const std::string& 
     }
     const KeySpec* spec = find_key(path);
     if (!spec)
-      throw ConfigError(fmt::format("{}: unknown key '{}' (did you mean '{}'?)", source, path,
-                                    closest_key(path)));
+      throw ConfigError(fmt::format("{}: unknown key '{}' (did you mean '{}'?)", source, path, closest_key(path)));
     auto v = node_value(node);
-    if (!v)
-      throw ConfigError(fmt::format("{}: key '{}' must be a {}", source, path, type_name(spec->type)));
+    if (!v) throw ConfigError(fmt::format("{}: key '{}' must be a {}", source, path, type_name(spec->type)));
     set_checked(cfg, *spec, *v, source);
   }
 }
@@ -174,8 +176,7 @@ void apply_toml_text(Config& cfg, const std::string& text, const std::string& so
     tbl = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
-    throw ConfigError(fmt::format("{}:{}:{}: TOML syntax error: {}", source, b.line, b.column,
-                                  e.description()));
+    throw ConfigError(fmt::format("{}:{}:{}: TOML syntax error: {}", source, b.line, b.column, e.description()));
   }
   apply_table(cfg, tbl, "", source);
 }
@@ -193,18 +194,15 @@ Config load_config(const std::string& path) {
 
 void apply_override(Config& cfg, const std::string& assignment) {
   auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw ConfigError(fmt::format("--set '{}': expected KEY=VALUE", assignment));
+  if (eq == std::string::npos || eq == 0) throw ConfigError(fmt::format("--set '{}': expected KEY=VALUE", assignment));
   std::string path = assignment.substr(0, eq), raw = assignment.substr(eq + 1);
   const KeySpec* spec = find_key(path);
-  if (!spec)
-    throw ConfigError(fmt::format("--set: unknown key '{}' (did you mean '{}'?)", path, closest_key(path)));
+  if (!spec) throw ConfigError(fmt::format("--set: unknown key '{}' (did you mean '{}'?)", path, closest_key(path)));
   std::optional<Value> v;
   try {  // parse the value as TOML; a bare word for a string key is taken literally
     auto t = toml::parse("v = " + raw);
     v = node_value(*t.get("v"));
-  } catch (const toml::parse_error&) {
-  }
+  } catch (const toml::parse_error&) {}
   // a string key takes the text as written when it is not a TOML string (--set model.moe.layers=1,3)
   if (spec->type == ValueType::String && (!v || !std::holds_alternative<std::string>(*v))) v = Value(raw);
   if (!v) throw ConfigError(fmt::format("--set: key '{}' must be a {}, got '{}'", path, type_name(spec->type), raw));
@@ -228,10 +226,11 @@ bool is_moe_layer(const ModelConfig& m, int64_t layer) {
       any = true, hit |= v == layer;
     }
     if (any) return hit;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("model.moe.layers = \"{}\": expected all, every_other, first_dense:N or a list "
-                                "of block indices like \"1,3\"", p));
+  } catch (const std::exception&) {}
+  throw ConfigError(
+      fmt::format("model.moe.layers = \"{}\": expected all, every_other, first_dense:N or a list "
+                  "of block indices like \"1,3\"",
+                  p));
 }
 
 int64_t num_moe_layers(const ModelConfig& m) {
@@ -280,11 +279,12 @@ std::string schema_markdown() {
       "`src/core/config_schema.cpp`. Unknown keys, wrong types and out-of-range values are errors "
       "that name the key.\n\n| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : config_schema())
-    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", k.path, type_name(k.type),
-                       value_to_string(k.get(defaults)), range_text(k), k.help);
+    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", k.path, type_name(k.type), value_to_string(k.get(defaults)),
+                       range_text(k), k.help);
   if (!aliases().empty()) {
-    out += "\nOlder key names, still accepted (configs and checkpoints written before the method sub-tables):\n\n"
-           "| old key | now |\n|---|---|\n";
+    out +=
+        "\nOlder key names, still accepted (configs and checkpoints written before the method sub-tables):\n\n"
+        "| old key | now |\n|---|---|\n";
     for (const auto& [old_path, new_path] : aliases()) out += fmt::format("| `{}` | `{}` |\n", old_path, new_path);
   }
   return out;

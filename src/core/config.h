@@ -32,9 +32,7 @@ struct MethodSection {
 };
 template <class T>
 struct MethodSectionOf : MethodSection {
-  std::unique_ptr<MethodSection> clone() const override {
-    return std::make_unique<T>(static_cast<const T&>(*this));
-  }
+  std::unique_ptr<MethodSection> clone() const override { return std::make_unique<T>(static_cast<const T&>(*this)); }
 };
 
 class MethodSections {
@@ -86,9 +84,13 @@ struct MoeConfig {
   double capacity_factor = 0.0;  // 0 = dropless
   MethodSections sections;       // [model.moe.<method>] sub-tables
   template <class T>
-  T& section() { return sections.get<T>(); }
+  T& section() {
+    return sections.get<T>();
+  }
   template <class T>
-  const T& section() const { return sections.get<T>(); }
+  const T& section() const {
+    return sections.get<T>();
+  }
 };
 
 struct ModelConfig {
@@ -116,7 +118,7 @@ struct DataConfig {
   std::string source_root = "/";  // where the Debian packages' files are found
   int64_t vocab_size = 8192;
   int64_t tokenizer_sample_bytes = 1500000;  // per domain
-  int64_t max_source_bytes = 0;  // per domain, 0 = all (small values for quick tests)
+  int64_t max_source_bytes = 0;              // per domain, 0 = all (small values for quick tests)
   double weight_dictionary = 1.0;
   double weight_scripture = 1.0;
   double weight_technical = 1.0;
@@ -179,8 +181,8 @@ struct KeySpec {
   std::string path;
   ValueType type;
   std::string help;
-  double min = 0, max = 0;            // inclusive range for numbers (min<=max to enable)
-  std::vector<std::string> choices;   // allowed strings (empty = any)
+  double min = 0, max = 0;           // inclusive range for numbers (min<=max to enable)
+  std::vector<std::string> choices;  // allowed strings (empty = any)
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
 };
@@ -203,7 +205,7 @@ std::string closest_key(const std::string& path);
 Config load_config(const std::string& path);
 void apply_toml_text(Config& cfg, const std::string& text, const std::string& source);
 void apply_override(Config& cfg, const std::string& assignment);  // "train.lr=3e-4"
-void validate(const Config& cfg);  // cross-field checks
+void validate(const Config& cfg);                                 // cross-field checks
 std::string to_toml(const Config& cfg);
 std::string value_to_string(const Value& v);
 std::string schema_markdown();

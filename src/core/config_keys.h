@@ -21,10 +21,14 @@ KeySpec key_at(const char* path, Ref ref, const char* help, double lo = 1, doubl
   s.min = lo;
   s.max = hi;
   s.choices = std::move(choices);
-  if constexpr (std::is_same_v<T, bool>) s.type = ValueType::Bool;
-  else if constexpr (std::is_same_v<T, int64_t>) s.type = ValueType::Int;
-  else if constexpr (std::is_same_v<T, double>) s.type = ValueType::Float;
-  else s.type = ValueType::String;
+  if constexpr (std::is_same_v<T, bool>)
+    s.type = ValueType::Bool;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    s.type = ValueType::Int;
+  else if constexpr (std::is_same_v<T, double>)
+    s.type = ValueType::Float;
+  else
+    s.type = ValueType::String;
   s.get = [ref](const Config& c) -> Value { return Value(ref(const_cast<Config&>(c))); };
   s.set = [ref](Config& c, const Value& v) { ref(c) = std::get<T>(v); };
   return s;

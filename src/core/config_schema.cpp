@@ -6,12 +6,14 @@ namespace {
 
 // a key of a top-level section: key("train.lr", &Config::train, &TrainConfig::lr, ...)
 template <class S, class T>
-KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, double lo = 1,
-            double hi = 0, std::vector<std::string> choices = {}) {
-  return key_at<T>(path, [sec, field](Config& c) -> T& { return (c.*sec).*field; }, help, lo, hi, std::move(choices));
+KeySpec key(const char* path, S Config::*sec, T S::*field, const char* help, double lo = 1, double hi = 0,
+            std::vector<std::string> choices = {}) {
+  return key_at<T>(
+      path, [sec, field](Config& c) -> T& { return (c.*sec).*field; }, help, lo, hi, std::move(choices));
 }
 
-#define MOE_REF(field) [](Config& c) -> auto& { return c.model.moe.field; }
+#define MOE_REF(field) \
+  [](Config & c) -> auto& { return c.model.moe.field; }
 
 std::vector<KeySpec> build_schema() {
   using C = Config;
@@ -19,15 +21,15 @@ std::vector<KeySpec> build_schema() {
       key("model.d_model", &C::model, &ModelConfig::d_model, "hidden size", 8, 65536),
       key("model.n_layers", &C::model, &ModelConfig::n_layers, "number of decoder blocks", 1, 512),
       key("model.n_heads", &C::model, &ModelConfig::n_heads, "attention (query) heads", 1, 1024),
-      key("model.n_kv_heads", &C::model, &ModelConfig::n_kv_heads,
-          "key/value heads (GQA); must divide n_heads", 1, 1024),
+      key("model.n_kv_heads", &C::model, &ModelConfig::n_kv_heads, "key/value heads (GQA); must divide n_heads", 1,
+          1024),
       key("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, "SwiGLU hidden width", 1, 1 << 20),
-      key("model.max_seq_len", &C::model, &ModelConfig::max_seq_len,
-          "longest sequence (RoPE table, KV cache)", 2, 1 << 20),
+      key("model.max_seq_len", &C::model, &ModelConfig::max_seq_len, "longest sequence (RoPE table, KV cache)", 2,
+          1 << 20),
       key("model.rope_theta", &C::model, &ModelConfig::rope_theta, "RoPE base", 1, kInf),
       key("model.norm_eps", &C::model, &ModelConfig::norm_eps, "RMSNorm epsilon", 0, 1),
-      key("model.init_std", &C::model, &ModelConfig::init_std,
-          "std of normal init for all weights (UniPool used 0.01)", 0, 10),
+      key("model.init_std", &C::model, &ModelConfig::init_std, "std of normal init for all weights (UniPool used 0.01)",
+          0, 10),
       key("model.scale_out_init", &C::model, &ModelConfig::scale_out_init,
           "scale output projections' init std by 1/sqrt(2*n_layers)"),
       key("model.ffn", &C::model, &ModelConfig::ffn, "feed-forward slot kind (swiglu, moe, or one a method registers)"),
@@ -38,22 +40,24 @@ std::vector<KeySpec> build_schema() {
       key_at<int64_t>("model.moe.expert_hidden", MOE_REF(expert_hidden), "hidden width of each expert", 1, 1 << 20),
       enum_key_at<Activation>("model.moe.activation", MOE_REF(activation), "expert activation", activation_names()),
       key_at<bool>("model.moe.expert_bias", MOE_REF(expert_bias), "give experts biases (GELU ViT experts use them)"),
-      enum_key_at<RouterKind>("model.moe.router", MOE_REF(router),
-                              "routing policy (norm_topk is UniPool's NormRouter)", router_kind_names()),
+      enum_key_at<RouterKind>("model.moe.router", MOE_REF(router), "routing policy (norm_topk is UniPool's NormRouter)",
+                              router_kind_names()),
       key_at<bool>("model.moe.renormalize", MOE_REF(renormalize),
                    "divide the selected weights by their sum (softmax_topk, sigmoid_topk, top_p)"),
       key_at<bool>("model.moe.norm_renormalize", MOE_REF(norm_renormalize),
                    "norm_topk (UniPool NormRouter): divide the selected scores by their sum"),
       key_at<double>("model.moe.norm_eps", MOE_REF(norm_eps), "norm_topk: epsilon added to the logits' L2 norm", 0, 1),
       key_at<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
-      key_at<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0, 100),
+      key_at<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0,
+                     100),
       key_at<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),
       key_at<double>("model.moe.seq_aux_loss_coef", MOE_REF(seq_aux_loss_coef),
                      "sequence-wise balance loss alpha (DeepSeek-V3 uses 1e-4 with bias_update; 0 = off)", 0, 100),
       key_at<double>("model.moe.bias_update", MOE_REF(bias_update),
                      "aux-loss-free balancing: selection-bias step gamma after each optimizer step (0 = off)", 0, 1),
       key_at<int64_t>("model.moe.n_shared", MOE_REF(n_shared), "always-on shared experts", 0, 64),
-      key_at<double>("model.moe.capacity_factor", MOE_REF(capacity_factor), "per-expert capacity factor (0 = dropless)", 0, 1000),
+      key_at<double>("model.moe.capacity_factor", MOE_REF(capacity_factor), "per-expert capacity factor (0 = dropless)",
+                     0, 1000),
 
       key("data.dir", &C::data, &DataConfig::dir, "prepared corpus directory (tokenizer, shards, manifest)"),
       key("data.source_root", &C::data, &DataConfig::source_root,
@@ -90,7 +94,8 @@ std::vector<KeySpec> build_schema() {
       key("train.grad_clip", &C::train, &TrainConfig::grad_clip, "max global grad norm (0 = off)", 0, 1e9),
       key("train.threads", &C::train, &TrainConfig::threads, "intra-op threads (0 = LibTorch default)", 0, 1024),
       key("train.log_every", &C::train, &TrainConfig::log_every, "steps between metric lines", 1, 1e12),
-      key("train.ckpt_every", &C::train, &TrainConfig::ckpt_every, "steps between checkpoints (0 = only at the end)", 0, 1e12),
+      key("train.ckpt_every", &C::train, &TrainConfig::ckpt_every, "steps between checkpoints (0 = only at the end)", 0,
+          1e12),
       key("train.keep_checkpoints", &C::train, &TrainConfig::keep_checkpoints,
           "how many recent checkpoints to keep (0 = all)", 0, 1e6),
 

@@ -99,8 +99,11 @@ std::string format_duration(double s) {
 }
 
 Progress::Progress(std::string label, int64_t total)
-    : label_(std::move(label)), total_(std::max<int64_t>(total, 1)), tty_(stderr_is_tty()),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_ - std::chrono::seconds(1)) {}
+    : label_(std::move(label)),
+      total_(std::max<int64_t>(total, 1)),
+      tty_(stderr_is_tty()),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_ - std::chrono::seconds(1)) {}
 
 double Progress::elapsed() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -118,16 +121,16 @@ void Progress::update(int64_t done, const std::string& suffix) {
     int filled = static_cast<int>(frac * kWidth);
     std::string bar(filled, '#');
     bar += std::string(kWidth - filled, '.');
-    std::fprintf(stderr, "\r\033[K%s [%s] %3.0f%% %lld/%lld %s<%s %s", label_.c_str(), bar.c_str(),
-                 frac * 100, static_cast<long long>(done), static_cast<long long>(total_),
-                 format_duration(el).c_str(), format_duration(eta).c_str(), suffix.c_str());
+    std::fprintf(stderr, "\r\033[K%s [%s] %3.0f%% %lld/%lld %s<%s %s", label_.c_str(), bar.c_str(), frac * 100,
+                 static_cast<long long>(done), static_cast<long long>(total_), format_duration(el).c_str(),
+                 format_duration(eta).c_str(), suffix.c_str());
     std::fflush(stderr);
   } else {
     int decile = static_cast<int>(frac * 10);
     if (decile == last_decile_) return;
     last_decile_ = decile;
-    spdlog::info("{} {:3.0f}% ({}/{}) elapsed {} eta {} {}", label_, frac * 100, done, total_,
-                 format_duration(el), format_duration(eta), suffix);
+    spdlog::info("{} {:3.0f}% ({}/{}) elapsed {} eta {} {}", label_, frac * 100, done, total_, format_duration(el),
+                 format_duration(eta), suffix);
   }
 }
 

@@ -59,9 +59,12 @@ std::string sanitize_text(const std::string& in) {
       continue;
     }
     if (c < 0x80) {
-      if (c == '\n') out += '\n';
-      else if (c == '\t') out += ' ';
-      else if (c >= 0x20 && c != 0x7f) out += static_cast<char>(c);
+      if (c == '\n')
+        out += '\n';
+      else if (c == '\t')
+        out += ' ';
+      else if (c >= 0x20 && c != 0x7f)
+        out += static_cast<char>(c);
       ++i;
       continue;
     }
@@ -82,7 +85,7 @@ static std::string trim(const std::string& s) {
 }
 
 std::vector<std::string> parse_gcide(const std::string& text) {
-  static const std::regex pron(R"(\\[^\\\n]*\\)");                 // \Al"ley*way`\ .
+  static const std::regex pron(R"(\\[^\\\n]*\\)");  // \Al"ley*way`\ .
   static const std::regex tags(R"(\[(1913 Webster|WordNet[^\]]*|PJC|Century Dict\.|Webster 1913 Suppl\.)\])");
   static const std::regex spaces(R"( {2,})");
   std::vector<std::string> docs;
@@ -145,8 +148,10 @@ std::vector<std::string> parse_fortunes(const std::string& text) {
     cur.clear();
   };
   while (std::getline(in, line)) {
-    if (line == "%") flush();
-    else cur += line + "\n";
+    if (line == "%")
+      flush();
+    else
+      cur += line + "\n";
   }
   flush();
   return docs;
@@ -162,8 +167,10 @@ std::vector<std::string> parse_paragraphs(const std::string& text, size_t min_by
     if (cur.size() >= min_bytes) docs.push_back(trim(cur)), cur.clear();
   };
   while (std::getline(in, line)) {
-    if (trim(line).empty()) end_para();
-    else para += line + "\n";
+    if (trim(line).empty())
+      end_para();
+    else
+      para += line + "\n";
   }
   end_para();
   if (!trim(cur).empty()) docs.push_back(trim(cur));
@@ -189,8 +196,10 @@ static std::string run_bible(const std::string& root) {
 std::vector<std::string> extract_domain(const DomainSource& d, const std::string& root, int64_t max_bytes) {
   for (const auto& f : d.files)
     if (!fs::exists(fs::path(root) / f))
-      throw std::runtime_error(fmt::format("domain '{}': '{}' not found; install Debian package(s) {} "
-                                           "(scripts/setup.sh does)", d.name, (fs::path(root) / f).string(), d.package));
+      throw std::runtime_error(
+          fmt::format("domain '{}': '{}' not found; install Debian package(s) {} "
+                      "(scripts/setup.sh does)",
+                      d.name, (fs::path(root) / f).string(), d.package));
   std::vector<std::string> docs;
   const auto path = [&](size_t i) { return (fs::path(root) / d.files[i]).string(); };
   // a capped run only needs the beginning of a source (markup takes up to ~half of it)
@@ -198,9 +207,12 @@ std::vector<std::string> extract_domain(const DomainSource& d, const std::string
     if (max_bytes > 0 && s.size() > static_cast<size_t>(2 * max_bytes)) s.resize(2 * max_bytes);
     return sanitize_text(s);
   };
-  if (d.name == "dictionary") docs = parse_gcide(head(read_gzip(path(0))));
-  else if (d.name == "scripture") docs = parse_bible(head(run_bible(root)));
-  else if (d.name == "technical") docs = parse_paragraphs(head(read_gzip(path(0))), 1500);
+  if (d.name == "dictionary")
+    docs = parse_gcide(head(read_gzip(path(0))));
+  else if (d.name == "scripture")
+    docs = parse_bible(head(run_bible(root)));
+  else if (d.name == "technical")
+    docs = parse_paragraphs(head(read_gzip(path(0))), 1500);
   else if (d.name == "quotations") {
     std::vector<fs::path> files;
     for (auto& e : fs::directory_iterator(path(0)))

@@ -8,8 +8,8 @@
 namespace mf {
 
 struct DomainSource {
-  std::string name;         // dictionary, scripture, technical, quotations
-  std::string package;      // the Debian package(s) it comes from
+  std::string name;                // dictionary, scripture, technical, quotations
+  std::string package;             // the Debian package(s) it comes from
   std::vector<std::string> files;  // input files under source_root (for fingerprints)
 };
 

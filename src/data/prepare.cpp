@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 static constexpr int kFormat = 1;
 
 std::string prepare_fingerprint(const DataConfig& c) {
-  std::string key = fmt::format("{}|{}|{}|{}|{}", kFormat, c.vocab_size, c.tokenizer_sample_bytes,
-                                c.max_source_bytes, c.source_root);
+  std::string key =
+      fmt::format("{}|{}|{}|{}|{}", kFormat, c.vocab_size, c.tokenizer_sample_bytes, c.max_source_bytes, c.source_root);
   for (const auto& d : builtin_domains())
     for (const auto& f : d.files) {
       fs::path p = fs::path(c.source_root) / f;
@@ -35,8 +35,8 @@ std::string prepare_fingerprint(const DataConfig& c) {
       }
       for (auto& q : files)
         if (fs::is_regular_file(q))
-          key += fmt::format("|{}:{}:{}", q.string(), fs::file_size(q),
-                             fs::last_write_time(q).time_since_epoch().count());
+          key +=
+              fmt::format("|{}:{}:{}", q.string(), fs::file_size(q), fs::last_write_time(q).time_since_epoch().count());
     }
   return hex64(fnv1a64(key.data(), key.size()));
 }
@@ -115,8 +115,11 @@ PrepareResult prepare_corpus(const DataConfig& cfg, bool force) {
       if (split_of(domains[d].name, i) != 0) continue;
       std::string line;
       std::istringstream ss(docs[d][i]);
-      while (std::getline(ss, line))
-        if (!line.empty()) sample += line + "\n", taken += static_cast<int64_t>(line.size()) + 1;
+      while (std::getline(ss, line)) {
+        if (line.empty()) continue;
+        sample += line + "\n";
+        taken += static_cast<int64_t>(line.size()) + 1;
+      }
     }
   }
   spdlog::info("training SentencePiece BPE tokenizer (vocab {}) on {:.1f} MB ...", cfg.vocab_size, sample.size() / 1e6);
@@ -129,9 +132,12 @@ PrepareResult prepare_corpus(const DataConfig& cfg, bool force) {
   int64_t total_docs = 0, done = 0;
   for (auto& d : docs) total_docs += static_cast<int64_t>(d.size());
   Progress bar("tokenizing", total_docs);
-  nlohmann::json m = {{"format", kFormat}, {"fingerprint", fingerprint},
-                      {"tokenizer", {{"file", "tokenizer.model"}, {"vocab_size", vocab},
-                                     {"checksum", file_checksum((dir / "tokenizer.model").string())}}},
+  nlohmann::json m = {{"format", kFormat},
+                      {"fingerprint", fingerprint},
+                      {"tokenizer",
+                       {{"file", "tokenizer.model"},
+                        {"vocab_size", vocab},
+                        {"checksum", file_checksum((dir / "tokenizer.model").string())}}},
                       {"domains", nlohmann::json::array()}};
   std::vector<int64_t> all_counts(vocab, 0);
   for (size_t d = 0; d < domains.size(); ++d) {
@@ -150,9 +156,16 @@ PrepareResult prepare_corpus(const DataConfig& cfg, bool force) {
       ++split_docs[s];
       bytes += static_cast<int64_t>(docs[d][i].size());
     }
-    for (auto t : splits[0]) ++counts[t], ++all_counts[t];
-    nlohmann::json dj = {{"name", name}, {"package", domains[d].package}, {"documents", encoded.size()},
-                         {"bytes", bytes}, {"unigram_entropy_nats", unigram_entropy(counts)}, {"splits", nlohmann::json::object()}};
+    for (auto t : splits[0]) {
+      ++counts[t];
+      ++all_counts[t];
+    }
+    nlohmann::json dj = {{"name", name},
+                         {"package", domains[d].package},
+                         {"documents", encoded.size()},
+                         {"bytes", bytes},
+                         {"unigram_entropy_nats", unigram_entropy(counts)},
+                         {"splits", nlohmann::json::object()}};
     for (int s = 0; s < 3; ++s) {
       std::string file = fmt::format("tokens/{}.{}.bin", name, split_names()[s]);
       write_token_shard((dir / file).string(), splits[s], static_cast<uint64_t>(vocab));

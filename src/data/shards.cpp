@@ -36,7 +36,8 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
 std::vector<uint16_t> read_token_shard(const std::string& path, uint64_t vocab) {
   std::string s = read_file(path);
   auto fail = [&](const std::string& why) {
-    return std::runtime_error(fmt::format("token shard '{}' is corrupt: {} (re-run `moeforge data prepare --force`)", path, why));
+    return std::runtime_error(
+        fmt::format("token shard '{}' is corrupt: {} (re-run `moeforge data prepare --force`)", path, why));
   };
   if (s.size() < kHeader || std::memcmp(s.data(), kMagic, 8) != 0) throw fail("bad header");
   uint64_t count = get_u64(s, 8), file_vocab = get_u64(s, 16), sum = get_u64(s, 24);
@@ -69,7 +70,8 @@ PreparedCorpus::PreparedCorpus(const std::string& dir) : dir_(dir) {
         auto& info = d.at("splits").at(sp);
         splits.push_back(read_token_shard((fs::path(dir) / info.at("file").get<std::string>()).string(), vocab_size_));
         if (static_cast<int64_t>(splits.back().size()) != info.at("tokens").get<int64_t>())
-          throw std::runtime_error(fmt::format("{} {} split token count differs from the manifest", domains_.back(), sp));
+          throw std::runtime_error(
+              fmt::format("{} {} split token count differs from the manifest", domains_.back(), sp));
       }
       data_.push_back(std::move(splits));
     }
@@ -95,7 +97,8 @@ BatchSampler::BatchSampler(const PreparedCorpus& c, std::vector<double> weights,
   for (size_t d = 0; d < weights.size(); ++d) {
     auto n = static_cast<int64_t>(c.tokens(d, "train").size());
     if (weights[d] > 0 && n < seq_len + 1)
-      throw std::runtime_error(fmt::format("domain '{}' has {} training tokens, fewer than seq_len+1", c.domains()[d], n));
+      throw std::runtime_error(
+          fmt::format("domain '{}' has {} training tokens, fewer than seq_len+1", c.domains()[d], n));
     acc += weights[d];
     cumulative_.push_back(acc);
   }

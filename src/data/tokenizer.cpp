@@ -32,7 +32,7 @@ std::string find_shim() {
   auto exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (!ec) {
     candidates.push_back(exe_dir / "libmoeforge_spm.so");
-    candidates.push_back(exe_dir.parent_path() / "libmoeforge_spm.so");          // tests/ next to it
+    candidates.push_back(exe_dir.parent_path() / "libmoeforge_spm.so");               // tests/ next to it
     candidates.push_back(exe_dir.parent_path() / "lib/moeforge/libmoeforge_spm.so");  // installed
   }
 #ifdef MOEFORGE_SPM_SHIM_BUILD_PATH
@@ -40,8 +40,9 @@ std::string find_shim() {
 #endif
   for (auto& c : candidates)
     if (fs::exists(c)) return c.string();
-  throw std::runtime_error("libmoeforge_spm.so (the SentencePiece shim) not found next to the executable; "
-                           "set MOEFORGE_SPM_SHIM to its path");
+  throw std::runtime_error(
+      "libmoeforge_spm.so (the SentencePiece shim) not found next to the executable; "
+      "set MOEFORGE_SPM_SHIM to its path");
 }
 
 const Shim& shim() {

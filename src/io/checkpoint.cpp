@@ -64,7 +64,8 @@ std::string Checkpoint::tokenizer_path() const { return (fs::path(dir) / "tokeni
 
 std::string Checkpoint::config_toml() const {
   auto it = model.metadata.find("moeforge.config");
-  if (it == model.metadata.end()) throw FormatError(fmt::format("{}: model.safetensors lacks the moeforge.config metadata", dir));
+  if (it == model.metadata.end())
+    throw FormatError(fmt::format("{}: model.safetensors lacks the moeforge.config metadata", dir));
   return it->second;
 }
 
@@ -77,6 +78,8 @@ nlohmann::json Checkpoint::trainer_state() const {
   }
 }
 
-SafetensorsData Checkpoint::optimizer() const { return load_safetensors((fs::path(dir) / "optimizer.safetensors").string()); }
+SafetensorsData Checkpoint::optimizer() const {
+  return load_safetensors((fs::path(dir) / "optimizer.safetensors").string());
+}
 
 }  // namespace mf

@@ -20,9 +20,9 @@ struct DtypeInfo {
   size_t size;
 };
 const DtypeInfo kDtypes[] = {
-    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},
-    {"BF16", at::kBFloat16, 2}, {"I64", at::kLong, 8}, {"I32", at::kInt, 4},
-    {"I16", at::kShort, 2}, {"I8", at::kChar, 1}, {"U8", at::kByte, 1}, {"BOOL", at::kBool, 1},
+    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},   {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
+    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
 };
 
 const DtypeInfo* by_name(const std::string& n) {
@@ -66,8 +66,7 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   out += h;
   out.reserve(out.size() + offset);
-  for (const auto& c : contiguous)
-    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  for (const auto& c : contiguous) out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   return out;
 }
 
@@ -76,8 +75,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 }
 
 SafetensorsData parse_safetensors(const std::string& bytes, const std::string& src) {
-  auto fail = [&](const std::string& why) { return FormatError(fmt::format("{}: not a valid safetensors file: {}", src, why)); };
-  if (bytes.size() < 8) throw fail(fmt::format("file is {} bytes, shorter than the 8-byte header length", bytes.size()));
+  auto fail = [&](const std::string& why) {
+    return FormatError(fmt::format("{}: not a valid safetensors file: {}", src, why));
+  };
+  if (bytes.size() < 8)
+    throw fail(fmt::format("file is {} bytes, shorter than the 8-byte header length", bytes.size()));
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   if (n > kMaxHeader) throw fail(fmt::format("header length {} is implausible (> {} bytes)", n, kMaxHeader));
@@ -94,7 +96,10 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
   const char* data = bytes.data() + 8 + n;
 
   SafetensorsData out;
-  struct Span { uint64_t b, e; std::string name; };
+  struct Span {
+    uint64_t b, e;
+    std::string name;
+  };
   std::vector<Span> spans;
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
@@ -116,7 +121,8 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
     for (auto& s : entry["shape"]) {
       if (!s.is_number_unsigned()) throw fail(fmt::format("tensor '{}' has a bad dimension {}", name, s.dump()));
       uint64_t dim = s.get<uint64_t>();
-      if (dim > (1ull << 40) || (dim && numel > (1ull << 40) / dim)) throw fail(fmt::format("tensor '{}' is implausibly large", name));
+      if (dim > (1ull << 40) || (dim && numel > (1ull << 40) / dim))
+        throw fail(fmt::format("tensor '{}' is implausibly large", name));
       numel *= dim;
       shape.push_back(static_cast<int64_t>(dim));
     }
@@ -125,7 +131,8 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
       throw fail(fmt::format("tensor '{}' data_offsets must be two non-negative integers", name));
     uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     if (b > e || e > data_size)
-      throw fail(fmt::format("tensor '{}' data_offsets [{}, {}] out of bounds (data is {} bytes; truncated?)", name, b, e, data_size));
+      throw fail(fmt::format("tensor '{}' data_offsets [{}, {}] out of bounds (data is {} bytes; truncated?)", name, b,
+                             e, data_size));
     if (e - b != numel * d->size)
       throw fail(fmt::format("tensor '{}' has {} bytes but shape needs {}", name, e - b, numel * d->size));
     spans.push_back({b, e, name});
@@ -133,7 +140,8 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
     if (numel) std::memcpy(t.data_ptr(), data + b, e - b);
     out.tensors.emplace(name, std::move(t));
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.b < b.b || (a.b == b.b && a.e < b.e); });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.b < b.b || (a.b == b.b && a.e < b.e); });
   uint64_t cursor = 0;
   for (const auto& s : spans) {
     if (s.b < cursor) throw fail(fmt::format("tensor '{}' overlaps another tensor", s.name));

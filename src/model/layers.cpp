@@ -35,8 +35,8 @@ RopeTable::RopeTable(int64_t max_seq, int64_t head_dim, double theta) {
 
 torch::Tensor RopeTable::apply(const torch::Tensor& x, int64_t start_pos) const {
   auto T = x.size(2), D = x.size(3);
-  TORCH_CHECK(start_pos + T <= cos.size(0), "sequence position ", start_pos + T,
-              " exceeds model.max_seq_len ", cos.size(0));
+  TORCH_CHECK(start_pos + T <= cos.size(0), "sequence position ", start_pos + T, " exceeds model.max_seq_len ",
+              cos.size(0));
   auto c = cos.narrow(0, start_pos, T).to(x.dtype());
   auto s = sin.narrow(0, start_pos, T).to(x.dtype());
   auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
@@ -103,10 +103,12 @@ torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
 namespace {
 std::map<std::string, FeedForwardFactory>& ffn_kinds() {
   static std::map<std::string, FeedForwardFactory> kinds = {
-      {"swiglu", [](const ModelConfig& c, int64_t, const MoEPlan&) -> std::shared_ptr<FeedForward> {
+      {"swiglu",
+       [](const ModelConfig& c, int64_t, const MoEPlan&) -> std::shared_ptr<FeedForward> {
          return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
        }},
-      {"moe", [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
+      {"moe",
+       [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
          if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer, plan);
          return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
        }},

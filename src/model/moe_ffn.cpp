@@ -65,9 +65,10 @@ MoEPlan plan_moe(const ModelConfig& c) {
   for (auto& ext : plan.extensions) ext->plan(plan.shapes);
   for (auto& [layer, s] : plan.shapes)
     if (s.top_k > s.num_experts)
-      throw ConfigError(fmt::format("MoE block {}: top-k {} exceeds the {} experts its router chooses among "
-                                    "(model.moe.top_k / model.moe.num_experts, or a method's shape keys)",
-                                    layer, s.top_k, s.num_experts));
+      throw ConfigError(
+          fmt::format("MoE block {}: top-k {} exceeds the {} experts its router chooses among "
+                      "(model.moe.top_k / model.moe.num_experts, or a method's shape keys)",
+                      layer, s.top_k, s.num_experts));
   return plan;
 }
 
@@ -79,9 +80,10 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, const MoEPl
   for (auto& ext : extensions_) ext->attach(*this);
   if (!experts)
     experts = register_module("experts", std::make_shared<ExpertBank>(shape_.num_experts, width(), shape_.expert_hidden,
-                                                                         m.activation, m.expert_bias));
+                                                                      m.activation, m.expert_bias));
   if (shape_.shared_hidden > 0)
-    shared_experts = register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden));
+    shared_experts =
+        register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden));
   dispatch_.capacity_factor = m.capacity_factor;
   loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
 }
@@ -125,9 +127,14 @@ RoutingStats MoEFeedForward::last_stats() const { return read_routing(last_); }
 
 nlohmann::json MoEFeedForward::stats_json() const {
   const auto s = last_stats();
-  nlohmann::json j = {{"layer", layer},        {"load", s.load},          {"cv", s.cv()},
-                      {"max_over_mean", s.max_over_mean()}, {"entropy", s.entropy}, {"dead", s.dead_units()},
-                      {"units_per_token", s.mean_units_per_token},  {"dropped", s.dropped}};
+  nlohmann::json j = {{"layer", layer},
+                      {"load", s.load},
+                      {"cv", s.cv()},
+                      {"max_over_mean", s.max_over_mean()},
+                      {"entropy", s.entropy},
+                      {"dead", s.dead_units()},
+                      {"units_per_token", s.mean_units_per_token},
+                      {"dropped", s.dropped}};
   if (!s.load.empty()) {
     j["load_min"] = *std::min_element(s.load.begin(), s.load.end());
     j["load_max"] = *std::max_element(s.load.begin(), s.load.end());

@@ -24,8 +24,8 @@ struct MoELayerShape {
   int64_t shared_hidden = 0;    // width of the full-width shared SwiGLU expert (0 = none)
   int64_t vanilla_experts = 0;  // experts a private layer of this shape would store (accounting)
   bool operator==(const MoELayerShape& o) const {
-    return latent == o.latent && expert_hidden == o.expert_hidden && num_experts == o.num_experts &&
-           top_k == o.top_k && shared_hidden == o.shared_hidden;
+    return latent == o.latent && expert_hidden == o.expert_hidden && num_experts == o.num_experts && top_k == o.top_k &&
+           shared_hidden == o.shared_hidden;
   }
 };
 
@@ -62,8 +62,8 @@ class MoEFeedForward : public FeedForward {
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
-  nlohmann::json stats_json() const;       // statistics of the last forward pass (reads the device once)
-  RoutingStats last_stats() const;         // the same, as numbers
+  nlohmann::json stats_json() const;  // statistics of the last forward pass (reads the device once)
+  RoutingStats last_stats() const;    // the same, as numbers
   const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
   const MoELayerShape& shape() const { return shape_; }
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work

@@ -1,8 +1,8 @@
 #include "model/transformer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +39,8 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
     : cfg_(c), rope_(c.max_seq_len, c.d_model / c.n_heads, c.rope_theta) {
   TORCH_CHECK(c.vocab_size > 0, "model vocab_size must be set (from the tokenizer)");
   model = register_module("model", Decoder(c));
-  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
+  lm_head =
+      register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
 }
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,

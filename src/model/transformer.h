@@ -25,7 +25,7 @@ class DecoderImpl : public torch::nn::Module, public DeclaresParamRoles {
   ParamRoleList param_roles() const override { return {{"embed_tokens.weight", ParamRole::Embedding}}; }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
-  std::vector<DecoderBlock> blocks;  // the same modules as `layers`, typed
+  std::vector<DecoderBlock> blocks;   // the same modules as `layers`, typed
   std::shared_ptr<MoEPlan> moe_plan;  // the MoE blocks' shapes and the methods' extensions
   RMSNorm norm{nullptr};
 };
@@ -33,7 +33,7 @@ TORCH_MODULE(Decoder);
 
 struct ParamCounts {
   int64_t total = 0, embedding = 0, non_embedding = 0;
-  int64_t active = 0;  // used per token: total minus the experts a token does not visit
+  int64_t active = 0;          // used per token: total minus the experts a token does not visit
   int64_t expert_stored = 0;   // routed-expert parameters, each shared pool counted once
   int64_t expert_vanilla = 0;  // what num_experts private experts per MoE layer would store
   int64_t router = 0;          // router parameters (weights and NormRouter scales)

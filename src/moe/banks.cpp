@@ -18,7 +18,8 @@ ExpertBank::ExpertBank(int64_t E, int64_t D, int64_t F, Activation activation, b
 }
 
 ParamRoleList ExpertBank::param_roles() const {
-  return {{"down_proj", ParamRole::Output}, {"gate_up_proj_bias", ParamRole::Bias}, {"down_proj_bias", ParamRole::Bias}};
+  return {
+      {"down_proj", ParamRole::Output}, {"gate_up_proj_bias", ParamRole::Bias}, {"down_proj_bias", ParamRole::Bias}};
 }
 
 int64_t ExpertBank::parameter_count() const {

@@ -30,8 +30,10 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
       auto x = rows.narrow(0, off, n), he = h.narrow(0, off, n), ae = a.narrow(0, off, n);
       at::mm_out(he, x, gate_up[e].t());
       if (b1.numel()) he.add_(b1[e]);
-      if (swiglu) at::mul_out(ae, at::silu(he.narrow(1, 0, F)), he.narrow(1, F, F));
-      else at::gelu_out(ae, he);
+      if (swiglu)
+        at::mul_out(ae, at::silu(he.narrow(1, 0, F)), he.narrow(1, F, F));
+      else
+        at::gelu_out(ae, he);
       auto ye = y.narrow(0, off, n);
       at::mm_out(ye, ae, down[e].t());
       if (b2.numel()) ye.add_(b2[e]);

@@ -42,7 +42,7 @@ at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta) {
 at::Tensor top_p_counts(const at::Tensor& probs_TE, double threshold) {
   auto sorted_TE = std::get<0>(probs_TE.sort(-1, /*descending=*/true));
   auto before_TE = sorted_TE.cumsum(-1) - sorted_TE;  // mass strictly ahead of each entry
-  return (before_TE < threshold).sum(-1);              // >= 1: the first entry is always taken
+  return (before_TE < threshold).sum(-1);             // >= 1: the first entry is always taken
 }
 
 double norm_router_constant(int64_t M, int64_t k, int64_t samples) {
@@ -180,8 +180,8 @@ RouterOutput RouterImpl::forward(const at::Tensor& x_TD) {
   if (opt_.seq_aux_loss_coef > 0 && seq_len_ > 0) {
     const bool normalise = opt_.kind == RouterKind::SigmoidTopK || opt_.kind == RouterKind::NormTopK;
     auto seq_scores_TE = normalise ? s.select_TE / s.select_TE.sum(-1, true).clamp_min(1e-30) : s.probs_TE;
-    out.losses.emplace_back("seq_aux", sequence_aux_loss(seq_scores_TE, a.token_P, a.unit_P, seq_len_, opt_.top_k,
-                                                         opt_.seq_aux_loss_coef));
+    out.losses.emplace_back(
+        "seq_aux", sequence_aux_loss(seq_scores_TE, a.token_P, a.unit_P, seq_len_, opt_.top_k, opt_.seq_aux_loss_coef));
   }
   return out;
 }

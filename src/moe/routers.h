@@ -15,14 +15,14 @@ struct RouterOptions {
   RouterKind kind = RouterKind::SoftmaxTopK;
   int64_t num_experts = 8;
   int64_t top_k = 2;
-  bool renormalize = true;        // divide selected weights by their sum
-  double top_p = 0.5;             // cumulative-mass threshold for top_p
-  double aux_loss_coef = 1e-2;    // Switch aux loss alpha (0 = off)
-  double z_loss_coef = 1e-3;      // router z-loss beta (0 = off)
-  double seq_aux_loss_coef = 0;   // sequence-wise balance loss alpha (DeepSeek-V3; 0 = off)
-  double bias_update = 0.0;       // DeepSeek-V3 aux-free bias step gamma (0 = off)
-  uint64_t seed = 0;              // uniform_random router
-  double norm_eps = 1e-8;         // norm_topk: added to ||z||_2
+  bool renormalize = true;       // divide selected weights by their sum
+  double top_p = 0.5;            // cumulative-mass threshold for top_p
+  double aux_loss_coef = 1e-2;   // Switch aux loss alpha (0 = off)
+  double z_loss_coef = 1e-3;     // router z-loss beta (0 = off)
+  double seq_aux_loss_coef = 0;  // sequence-wise balance loss alpha (DeepSeek-V3; 0 = off)
+  double bias_update = 0.0;      // DeepSeek-V3 aux-free bias step gamma (0 = off)
+  uint64_t seed = 0;             // uniform_random router
+  double norm_eps = 1e-8;        // norm_topk: added to ||z||_2
 };
 
 // NormRouter calibration c(M, k) = E_x[ 1 / ||topk(ReLU(x / ||x||))||_2 ], x ~ N(0, I_M),

@@ -50,8 +50,10 @@ std::string run_variant(const Config& cfg) {
     }
   }
   TrainOptions opt;
-  if (same_config && !latest_checkpoint(dir.string()).empty()) opt.resume = dir.string();
-  else opt.overwrite = true;
+  if (same_config && !latest_checkpoint(dir.string()).empty())
+    opt.resume = dir.string();
+  else
+    opt.overwrite = true;
   return train(cfg, opt).run_dir;
 }
 

@@ -59,13 +59,19 @@ struct Trainer {
   void save(const std::vector<DomainLoss>& last_val) {
     auto name = fmt::format("step_{:08d}", step);
     Config resolved = cfg;
-    Metadata meta = {{"format", "pt"}, {"moeforge.architecture", "llama"}, {"moeforge.version", MOEFORGE_VERSION},
-                     {"moeforge.config", to_toml(resolved)}, {"moeforge.vocab_size", std::to_string(model->config().vocab_size)},
+    Metadata meta = {{"format", "pt"},
+                     {"moeforge.architecture", "llama"},
+                     {"moeforge.version", MOEFORGE_VERSION},
+                     {"moeforge.config", to_toml(resolved)},
+                     {"moeforge.vocab_size", std::to_string(model->config().vocab_size)},
                      {"moeforge.step", std::to_string(step)}};
-    nlohmann::json state = {{"step", step}, {"data_position", {{"seed", cfg.train.seed}, {"next_step", step}}},
-                            {"rng_cpu", rng_state_hex()}, {"val_loss", losses_json(last_val)}};
-    write_checkpoint((run_dir / "checkpoints" / name).string(),
-                     {model_tensors(*model), optimizer_state_tensors(*optimizer, *model), meta, state, corpus.tokenizer_path()});
+    nlohmann::json state = {{"step", step},
+                            {"data_position", {{"seed", cfg.train.seed}, {"next_step", step}}},
+                            {"rng_cpu", rng_state_hex()},
+                            {"val_loss", losses_json(last_val)}};
+    write_checkpoint(
+        (run_dir / "checkpoints" / name).string(),
+        {model_tensors(*model), optimizer_state_tensors(*optimizer, *model), meta, state, corpus.tokenizer_path()});
     prune_checkpoints((run_dir / "checkpoints").string(), cfg.train.keep_checkpoints);
   }
 
@@ -88,8 +94,10 @@ struct Trainer {
       keep_metrics = step;
       spdlog::info("resumed from {} at step {}", ck.dir, step);
     } else if (fs::exists(run_dir / "checkpoints") && !opt.overwrite) {
-      throw std::runtime_error(fmt::format("run directory '{}' already has checkpoints; pass --resume {} to continue "
-                                           "or --overwrite to start again", run_dir.string(), run_dir.string()));
+      throw std::runtime_error(
+          fmt::format("run directory '{}' already has checkpoints; pass --resume {} to continue "
+                      "or --overwrite to start again",
+                      run_dir.string(), run_dir.string()));
     } else if (opt.overwrite) {
       fs::remove_all(run_dir);
     }
@@ -102,9 +110,10 @@ struct Trainer {
                          cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed));
     auto counts = model->param_counts();
     const auto moe = moe_layers(model->feed_forwards());
-    spdlog::info("model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
-                 "{} threads", counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(),
-                 at::get_num_threads());
+    spdlog::info(
+        "model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
+        "{} threads",
+        counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(), at::get_num_threads());
     const auto evaluate = [&] {
       return evaluate_domains(model, corpus, "val", cfg.train.seq_len, cfg.eval.windows, cfg.eval.batch_size);
     };
@@ -143,15 +152,20 @@ struct Trainer {
       window_tokens += tokens_per_step;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (step % cfg.train.log_every == 0 || step == end_step) {
-        nlohmann::json rec = {{"step", step}, {"loss", last_loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                               {"tokens_per_s", window_tokens / std::max(window_time, 1e-9)}, {"elapsed_s", elapsed},
-                               {"tokens", step * tokens_per_step}};
+        nlohmann::json rec = {{"step", step},
+                              {"loss", last_loss},
+                              {"lr", lr},
+                              {"grad_norm", grad_norm},
+                              {"tokens_per_s", window_tokens / std::max(window_time, 1e-9)},
+                              {"elapsed_s", elapsed},
+                              {"tokens", step * tokens_per_step}};
         for (auto& m : moe) rec["moe"].push_back(m->stats_json());
         metrics.write(rec);
         if (!stderr_is_tty())
           spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} tok/s", step, cfg.train.steps,
                        last_loss, lr, grad_norm, window_tokens / std::max(window_time, 1e-9));
-        window_time = 0, window_tokens = 0;
+        window_time = 0;
+        window_tokens = 0;
       }
       bar.update(step, fmt::format("loss {:.3f}", loss_ema));
       const bool last = step == cfg.train.steps;
@@ -169,15 +183,23 @@ struct Trainer {
 
     const std::string sample = opt.sample ? opt.sample(model, corpus.tokenizer_path()) : "";
     const int64_t steps_run = step - start_step;
-    nlohmann::json summary = {
-        {"run", cfg.run.name}, {"steps", step}, {"steps_this_run", steps_run}, {"finished", step == cfg.train.steps},
-        {"parameters", counts.total}, {"parameters_non_embedding", counts.non_embedding},
-        {"parameters_active", counts.active},
-        {"tokens_seen", step * tokens_per_step}, {"elapsed_s", elapsed},
-        {"tokens_per_s", steps_run * tokens_per_step / std::max(elapsed, 1e-9)}, {"final_train_loss", last_loss},
-        {"val_loss", losses_json(val)}, {"val_loss_mean", mean_loss(val)},
-        {"unigram_entropy_nats", corpus.manifest().value("unigram_entropy_nats", 0.0)},
-        {"threads", at::get_num_threads()}, {"sample", sample}, {"checkpoint", latest_checkpoint(run_dir.string())}};
+    nlohmann::json summary = {{"run", cfg.run.name},
+                              {"steps", step},
+                              {"steps_this_run", steps_run},
+                              {"finished", step == cfg.train.steps},
+                              {"parameters", counts.total},
+                              {"parameters_non_embedding", counts.non_embedding},
+                              {"parameters_active", counts.active},
+                              {"tokens_seen", step * tokens_per_step},
+                              {"elapsed_s", elapsed},
+                              {"tokens_per_s", steps_run * tokens_per_step / std::max(elapsed, 1e-9)},
+                              {"final_train_loss", last_loss},
+                              {"val_loss", losses_json(val)},
+                              {"val_loss_mean", mean_loss(val)},
+                              {"unigram_entropy_nats", corpus.manifest().value("unigram_entropy_nats", 0.0)},
+                              {"threads", at::get_num_threads()},
+                              {"sample", sample},
+                              {"checkpoint", latest_checkpoint(run_dir.string())}};
     write_file_atomic((run_dir / "summary.json").string(), summary.dump(2) + "\n");
     return {run_dir.string(), summary};
   }

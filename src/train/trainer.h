@@ -1,8 +1,8 @@
 // The training loop: AdamW + warmup/cosine, clipping, accumulation, periodic evaluation,
 // JSONL metrics, atomic checkpoints and exact resume.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/config.h"
@@ -11,9 +11,9 @@
 namespace mf {
 
 struct TrainOptions {
-  std::string resume;      // checkpoint or run directory; "" = fresh run
-  bool overwrite = false;  // replace an existing run directory
-  int64_t stop_after = -1; // stop (with a checkpoint) after this many steps of this invocation
+  std::string resume;       // checkpoint or run directory; "" = fresh run
+  bool overwrite = false;   // replace an existing run directory
+  int64_t stop_after = -1;  // stop (with a checkpoint) after this many steps of this invocation
   // Text shown and stored in summary.json after training (the CLI samples from the model).
   std::function<std::string(TransformerLM& model, const std::string& tokenizer_path)> sample;
 };

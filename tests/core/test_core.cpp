@@ -62,7 +62,8 @@ TEST(Config, OutOfRangeNamesRange) {
   EXPECT_NE(e.find("swiglu, moe"), std::string::npos) << e;
   e = config_error("[model.moe]\nrouter = \"softmax\"");
   EXPECT_NE(e.find("one of {softmax_topk, sigmoid_topk, norm_topk, top_p, uniform_random, balanced}"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
 }
 
 TEST(Config, SyntaxErrorHasLocation) {

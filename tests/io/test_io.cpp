@@ -16,16 +16,11 @@ namespace fs = std::filesystem;
 namespace {
 
 NamedTensors sample_tensors() {
-  return {{"a.weight", torch::randn({3, 4})},
-          {"b", torch::arange(6, torch::kLong).view({2, 3})},
-          {"c", torch::randn({5}, torch::kFloat64)},
-          {"d", torch::randn({2, 2}).to(torch::kBFloat16)},
-          {"e", torch::randn({2}).to(torch::kHalf)},
-          {"f", torch::tensor({true, false, true})},
-          {"g", torch::tensor({1, 2}, torch::kInt)},
-          {"h", torch::tensor({7}, torch::kByte)},
-          {"empty", torch::empty({0, 3})},
-          {"scalar", torch::tensor(3.5)}};
+  return {{"a.weight", torch::randn({3, 4})},        {"b", torch::arange(6, torch::kLong).view({2, 3})},
+          {"c", torch::randn({5}, torch::kFloat64)}, {"d", torch::randn({2, 2}).to(torch::kBFloat16)},
+          {"e", torch::randn({2}).to(torch::kHalf)}, {"f", torch::tensor({true, false, true})},
+          {"g", torch::tensor({1, 2}, torch::kInt)}, {"h", torch::tensor({7}, torch::kByte)},
+          {"empty", torch::empty({0, 3})},           {"scalar", torch::tensor(3.5)}};
 }
 
 std::string make_file(const std::string& header_json, const std::string& data) {
@@ -103,8 +98,9 @@ TEST(Safetensors, RejectsGarbledFiles) {
 TEST(Safetensors, RejectsBadOffsets) {
   const std::string data(16, 'x');
   // out of bounds
-  EXPECT_NE(error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})", data)).find("out of bounds"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})", data)).find("out of bounds"),
+      std::string::npos);
   // size does not match the shape
   EXPECT_NE(error_of(make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)).find("shape needs"),
             std::string::npos);

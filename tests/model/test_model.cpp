@@ -138,12 +138,12 @@ TEST(SwiGLU, MatchesFormula) {
 TEST(Transformer, HuggingFaceParameterNames) {
   auto m = make_model(tiny());
   auto p = m->named_parameters();
-  for (const char* n : {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
-                        "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
-                        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-                        "model.layers.0.post_attention_layernorm.weight", "model.layers.1.mlp.gate_proj.weight",
-                        "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
-                        "model.norm.weight", "lm_head.weight"})
+  for (const char* n :
+       {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.layers.1.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight",
+        "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"})
     EXPECT_TRUE(p.contains(n)) << n;
   EXPECT_EQ(p["model.layers.0.self_attn.k_proj.weight"].sizes(), (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(static_cast<int64_t>(p.size()), 2 + 9 * 2 + 1);
@@ -151,7 +151,11 @@ TEST(Transformer, HuggingFaceParameterNames) {
 
 TEST(Transformer, InitFollowsConfig) {
   ModelConfig c = tiny();
-  c.d_model = 64, c.ffn_hidden = 128, c.vocab_size = 500, c.init_std = 0.05, c.n_layers = 8;
+  c.d_model = 64;
+  c.ffn_hidden = 128;
+  c.vocab_size = 500;
+  c.init_std = 0.05;
+  c.n_layers = 8;
   TransformerLM m(c);
   m->init_weights(3);
   auto p = m->named_parameters();
@@ -197,7 +201,8 @@ TEST(Transformer, OverfitsOneBatch) {
   TransformerLM m(c);
   m->init_weights(5);
   TrainConfig tc;
-  tc.lr = 1e-2, tc.weight_decay = 0.0;
+  tc.lr = 1e-2;
+  tc.weight_decay = 0.0;
   auto opt = make_optimizer(*m, tc);
   auto tokens = torch::randint(0, 37, {4, 16}, torch::kLong), targets = torch::randint(0, 37, {4, 16}, torch::kLong);
   double first = 0, last = 0;

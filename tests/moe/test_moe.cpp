@@ -16,7 +16,8 @@ namespace {
 
 Router topk_router(int64_t d, int64_t E, int64_t k) {
   RouterOptions o;
-  o.num_experts = E, o.top_k = k;
+  o.num_experts = E;
+  o.top_k = k;
   return Router(d, o);
 }
 
@@ -28,7 +29,11 @@ struct Case {
 // Output and gradients (x, expert weights, router weight) of fast path vs dense reference.
 void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
   RouterOptions o;
-  o.kind = parse_router_kind(c.router), o.num_experts = c.E, o.top_k = c.k, o.top_p = 0.6, o.seed = 3;
+  o.kind = parse_router_kind(c.router);
+  o.num_experts = c.E;
+  o.top_k = c.k;
+  o.top_p = 0.6;
+  o.seed = 3;
   auto router_weight = torch::randn({c.E, c.d}, torch::kFloat64);
   ExpertBank bank(c.E, c.d, c.F);
   bank.to(torch::kFloat64);
@@ -45,7 +50,8 @@ void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
     auto r = router->forward(x);
     auto y = fast ? dispatch(x, r.assignment, bank).y_TD : dense_reference(x, r.assignment, bank);
     (y * torch::cos(y.detach() * 3 + 1)).sum().backward();  // a non-trivial upstream gradient
-    return std::vector<at::Tensor>{y.detach(), x.grad(), bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone(),
+    return std::vector<at::Tensor>{y.detach(), x.grad(), bank.gate_up_proj.grad().clone(),
+                                   bank.down_proj.grad().clone(),
                                    router->weight.grad().defined() ? router->weight.grad().clone() : torch::zeros({1})};
   };
   auto fast = run(true), ref = run(false);
@@ -76,7 +82,8 @@ TEST(Dispatch, GeluExpertsWithBiasesMatchReference) {
       bank.gate_up_proj_bias.normal_(), bank.down_proj_bias.normal_();
     }
     RouterOptions o;
-    o.num_experts = 5, o.top_k = 2;
+    o.num_experts = 5;
+    o.top_k = 2;
     Router r(6, o);
     r->to(torch::kFloat64);
     auto x = torch::randn({9, 6}, torch::kFloat64);
@@ -89,7 +96,8 @@ TEST(Dispatch, GeluExpertsWithBiasesMatchReference) {
                                      bank.gate_up_proj_bias.grad().clone(), bank.down_proj_bias.grad().clone()};
     };
     auto fast = run(true), ref = run(false);
-    for (size_t i = 0; i < fast.size(); ++i) EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12)) << act << " " << i;
+    for (size_t i = 0; i < fast.size(); ++i)
+      EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12)) << act << " " << i;
   }
 }
 
@@ -118,7 +126,8 @@ TEST(Dispatch, OneExpertTopOneEqualsDenseSwiGLU) {
     bank.down_proj[0].copy_(dense.down_proj->weight);
   }
   RouterOptions o;
-  o.num_experts = 1, o.top_k = 1;
+  o.num_experts = 1;
+  o.top_k = 1;
   Router r(6, o);
   r->to(torch::kFloat64);
   auto x = torch::randn({11, 6}, torch::kFloat64);
@@ -172,8 +181,9 @@ TEST(Losses, SequenceAuxIsAlphaAtUniformAndPerSequence) {
   // 2 sequences of 4 tokens, E = 2, k = 1, uniform probabilities, even load per sequence -> alpha
   auto probs = torch::full({8, 2}, 0.5, torch::kFloat64);
   auto token = torch::arange(8, torch::kLong);
-  EXPECT_NEAR(sequence_aux_loss(probs, token, torch::tensor({0, 1, 0, 1, 1, 0, 1, 0}, torch::kLong), 4, 1, 0.1)
-                  .item<double>(), 0.1, 1e-15);
+  EXPECT_NEAR(
+      sequence_aux_loss(probs, token, torch::tensor({0, 1, 0, 1, 1, 0, 1, 0}, torch::kLong), 4, 1, 0.1).item<double>(),
+      0.1, 1e-15);
   // sequence 0 all to expert 0, sequence 1 all to expert 1: per sequence f = (2, 0) / (0, 2), P = 0.5 -> 1 each
   // (the batch-wide Switch loss would see an even split and also give alpha; a skewed P separates them)
   auto skew = torch::tensor({0.9, 0.1}, torch::kFloat64).repeat({8, 1});
@@ -266,7 +276,9 @@ TEST(Routers, TopPWeightsHandComputed) {
 
 TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
   RouterOptions o;
-  o.num_experts = 4, o.top_k = 1, o.bias_update = 0.01;
+  o.num_experts = 4;
+  o.top_k = 1;
+  o.bias_update = 0.01;
   Router r(4, o);
   r->update_selection_bias(torch::tensor({10, 2, 4, 4}, torch::kLong));  // mean 5
   auto b = r->selection_bias;
@@ -295,8 +307,15 @@ TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
 
 TEST(MoEModel, LayerPatternsAndNames) {
   ModelConfig c;
-  c.vocab_size = 31, c.d_model = 16, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
-  c.moe.num_experts = 4, c.moe.expert_hidden = 8, c.moe.n_shared = 1;
+  c.vocab_size = 31;
+  c.d_model = 16;
+  c.n_layers = 4;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn = "moe";
+  c.moe.num_experts = 4;
+  c.moe.expert_hidden = 8;
+  c.moe.n_shared = 1;
   c.moe.layers = "every_other";
   EXPECT_FALSE(is_moe_layer(c, 0));
   EXPECT_TRUE(is_moe_layer(c, 1));
@@ -324,8 +343,15 @@ TEST(MoEModel, LayerPatternsAndNames) {
 TEST(MoEModel, TrainsAndReportsAuxLosses) {
   torch::manual_seed(0);
   ModelConfig c;
-  c.vocab_size = 29, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
-  c.moe.num_experts = 4, c.moe.top_k = 2, c.moe.expert_hidden = 16;
+  c.vocab_size = 29;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn = "moe";
+  c.moe.num_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.expert_hidden = 16;
   TransformerLM m(c);
   m->init_weights(2);
   auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);

@@ -7,9 +7,9 @@
 #include "core/util.h"
 #include "data/prepare.h"
 #include "io/checkpoint.h"
+#include "io/model_io.h"
 #include "model/transformer.h"
 #include "train/metrics.h"
-#include "io/model_io.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 
@@ -18,19 +18,27 @@ namespace fs = std::filesystem;
 
 TEST(Schedule, WarmupThenCosine) {
   TrainConfig c;
-  c.lr = 1.0, c.warmup_steps = 4, c.steps = 14, c.min_lr_ratio = 0.1;
+  c.lr = 1.0;
+  c.warmup_steps = 4;
+  c.steps = 14;
+  c.min_lr_ratio = 0.1;
   EXPECT_DOUBLE_EQ(lr_at(c, 0), 0.25);
   EXPECT_DOUBLE_EQ(lr_at(c, 3), 1.0);
-  EXPECT_DOUBLE_EQ(lr_at(c, 4), 1.0);                    // cosine starts at the peak
-  EXPECT_NEAR(lr_at(c, 8) , 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12);
-  EXPECT_NEAR(lr_at(c, 13), 0.1, 1e-12);                 // ends at min_lr_ratio * lr
+  EXPECT_DOUBLE_EQ(lr_at(c, 4), 1.0);  // cosine starts at the peak
+  EXPECT_NEAR(lr_at(c, 8), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12);
+  EXPECT_NEAR(lr_at(c, 13), 0.1, 1e-12);  // ends at min_lr_ratio * lr
   c.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(lr_at(c, 0), 1.0);
 }
 
 TEST(Optimizer, NoDecayOnNormsAndEmbeddings) {
   ModelConfig mc;
-  mc.vocab_size = 11, mc.d_model = 8, mc.n_layers = 1, mc.n_heads = 2, mc.n_kv_heads = 1, mc.ffn_hidden = 8;
+  mc.vocab_size = 11;
+  mc.d_model = 8;
+  mc.n_layers = 1;
+  mc.n_heads = 2;
+  mc.n_kv_heads = 1;
+  mc.ffn_hidden = 8;
   TransformerLM m(mc);
   TrainConfig tc;
   tc.weight_decay = 0.5;
@@ -49,7 +57,12 @@ TEST(Optimizer, NoDecayOnNormsAndEmbeddings) {
 
 TEST(Optimizer, StateRoundTripsThroughTensors) {
   ModelConfig mc;
-  mc.vocab_size = 11, mc.d_model = 8, mc.n_layers = 1, mc.n_heads = 2, mc.n_kv_heads = 1, mc.ffn_hidden = 8;
+  mc.vocab_size = 11;
+  mc.d_model = 8;
+  mc.n_layers = 1;
+  mc.n_heads = 2;
+  mc.n_kv_heads = 1;
+  mc.ffn_hidden = 8;
   TransformerLM a(mc), b(mc);
   a->init_weights(1);
   TrainConfig tc;
@@ -84,11 +97,23 @@ class TrainRun : public ::testing::Test {
     base.data.tokenizer_sample_bytes = 30000;
     base.data.vocab_size = 400;
     prepare_corpus(base.data, false);
-    base.model.d_model = 32, base.model.n_layers = 2, base.model.n_heads = 4, base.model.n_kv_heads = 2;
-    base.model.ffn_hidden = 48, base.model.max_seq_len = 64;
-    base.train.seq_len = 16, base.train.batch_size = 4, base.train.grad_accum = 2;
-    base.train.steps = 8, base.train.warmup_steps = 2, base.train.log_every = 1, base.train.threads = 1;
-    base.train.ckpt_every = 0, base.eval.every = 4, base.eval.windows = 4, base.sample.max_tokens = 4;
+    base.model.d_model = 32;
+    base.model.n_layers = 2;
+    base.model.n_heads = 4;
+    base.model.n_kv_heads = 2;
+    base.model.ffn_hidden = 48;
+    base.model.max_seq_len = 64;
+    base.train.seq_len = 16;
+    base.train.batch_size = 4;
+    base.train.grad_accum = 2;
+    base.train.steps = 8;
+    base.train.warmup_steps = 2;
+    base.train.log_every = 1;
+    base.train.threads = 1;
+    base.train.ckpt_every = 0;
+    base.eval.every = 4;
+    base.eval.windows = 4;
+    base.sample.max_tokens = 4;
     base.run.out_dir = (fs::temp_directory_path() / ("mf_train_runs_" + name)).string();
     fs::remove_all(base.run.out_dir);
   }

@@ -28,8 +28,9 @@ double twonn_dimension(const at::Tensor& X_in, double discard) {
     // measure their distances directly so duplicates give exactly r1 = 0 (and are dropped)
     auto cand = std::get<1>(d2.topk(std::min<int64_t>(3, n - 1), 1, /*largest=*/false));
     auto rows = X.narrow(0, s, b).unsqueeze(1);
-    auto exact = std::get<0>((X.index_select(0, cand.reshape({-1})).view({b, cand.size(1), -1}) - rows)
-                                 .norm(2, -1).sort(1)).contiguous();
+    auto exact =
+        std::get<0>((X.index_select(0, cand.reshape({-1})).view({b, cand.size(1), -1}) - rows).norm(2, -1).sort(1))
+            .contiguous();
     auto* p = exact.data_ptr<double>();
     const int64_t w = exact.size(1);
     for (int64_t i = 0; i < b; ++i)
@@ -42,7 +43,8 @@ double twonn_dimension(const at::Tensor& X_in, double discard) {
   double sxy = 0, sxx = 0;
   for (size_t i = 0; i < keep; ++i) {
     const double x = std::log(mu[i]), y = -std::log(1 - static_cast<double>(i + 1) / m);
-    sxy += x * y, sxx += x * x;
+    sxy += x * y;
+    sxx += x * x;
   }
   return sxx > 0 ? sxy / sxx : 0;
 }
@@ -51,8 +53,8 @@ IdProfile intrinsic_dimension_profile(TransformerLM& model, const PreparedCorpus
                                       int64_t seq_len, int64_t collect, int64_t keep, uint64_t seed) {
   torch::NoGradGuard g;
   model->eval();
-  const int64_t per_domain = (collect + static_cast<int64_t>(corpus.domains().size()) - 1) /
-                             static_cast<int64_t>(corpus.domains().size());
+  const int64_t per_domain =
+      (collect + static_cast<int64_t>(corpus.domains().size()) - 1) / static_cast<int64_t>(corpus.domains().size());
   const int64_t windows = std::max<int64_t>(1, (per_domain + seq_len - 1) / seq_len);
   std::vector<std::vector<at::Tensor>> reps;  // [block][batch] -> [tokens, d]
   for (size_t dom = 0; dom < corpus.domains().size(); ++dom) {
@@ -76,7 +78,8 @@ IdProfile intrinsic_dimension_profile(TransformerLM& model, const PreparedCorpus
       std::iota(perm.begin(), perm.end(), 0);
       const auto n = std::min<int64_t>(keep, all.size(0));
       for (int64_t i = 0; i < n; ++i)
-        std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(i + static_cast<int64_t>(rng.below(perm.size() - i)))]);
+        std::swap(perm[static_cast<size_t>(i)],
+                  perm[static_cast<size_t>(i + static_cast<int64_t>(rng.below(perm.size() - i)))]);
       idx.assign(perm.begin(), perm.begin() + n);
       p.tokens_used = n;
     }
@@ -90,7 +93,10 @@ int64_t two_segment_split(const std::vector<double>& id) {
   double best_gap = 0;
   for (size_t s = 1; s < id.size(); ++s) {
     const double lo = *std::max_element(id.begin(), id.begin() + s), hi = *std::min_element(id.begin() + s, id.end());
-    if (lo < hi && (best < 0 || hi - lo > best_gap)) best = static_cast<int64_t>(s), best_gap = hi - lo;
+    if (lo < hi && (best < 0 || hi - lo > best_gap)) {
+      best = static_cast<int64_t>(s);
+      best_gap = hi - lo;
+    }
   }
   return best;
 }

@@ -6,7 +6,6 @@
 #include <map>
 #include <numeric>
 
-
 namespace mf {
 
 at::Tensor expert_jacobian(const ExpertBank& bank, int64_t e, const at::Tensor& z) {
@@ -43,8 +42,9 @@ static std::vector<int64_t> spread_over_units(const at::Tensor& unit_P, int64_t 
   return out;
 }
 
-std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
-                                              int64_t seq_len, int64_t samples, double rel_tol) {
+std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const PreparedCorpus& corpus,
+                                              const std::string& split, int64_t seq_len, int64_t samples,
+                                              double rel_tol) {
   torch::NoGradGuard g;
   model->eval();
   auto moe = moe_layers(model->feed_forwards());
@@ -57,7 +57,8 @@ std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const Prepar
     out[i].layer = m.layer;
     out[i].q = std::min(m.experts->gate_up_proj.size(2), m.experts->down_proj.size(2));
     m.dispatch_hook = [&, i](const at::Tensor& rows, const Assignment& a) {
-      for (auto p : spread_over_units(a.unit_P, std::min(per_domain, samples - static_cast<int64_t>(ranks[i].size())))) {
+      for (auto p :
+           spread_over_units(a.unit_P, std::min(per_domain, samples - static_cast<int64_t>(ranks[i].size())))) {
         auto J = expert_jacobian(*moe[i]->experts, a.unit_P[p].item<int64_t>(), rows[a.token_P[p].item<int64_t>()]);
         ranks[i].push_back(static_cast<double>(numerical_rank(J, rel_tol)) / static_cast<double>(out[i].q));
       }

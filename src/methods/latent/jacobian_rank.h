@@ -4,9 +4,9 @@
 #include <ATen/ATen.h>
 
 #include "data/shards.h"
+#include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/banks.h"
-#include "model/moe_ffn.h"
 
 namespace mf {
 
@@ -22,7 +22,8 @@ struct LayerJacobianRank {
 // For each MoE layer: up to `samples` routed (token, expert) pairs, an equal share from every
 // domain's windows of `split`, taken round-robin over the experts the pairs were routed to (so
 // every used expert is sampled before any is sampled twice); each pair's Jacobian rank / q.
-std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
-                                              int64_t seq_len, int64_t samples, double rel_tol);
+std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const PreparedCorpus& corpus,
+                                              const std::string& split, int64_t seq_len, int64_t samples,
+                                              double rel_tol);
 
 }  // namespace mf

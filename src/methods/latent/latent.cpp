@@ -25,8 +25,10 @@ std::vector<MoELayerShape> parse_latent_shapes(const std::string& spec) {
       v.clear();
     }
     if (v.size() != 5 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[3] > v[2] || v[4] < 0)
-      throw ConfigError(fmt::format("model.moe.latent.shapes: entry \"{}\" must be l,m,N,K,ms with positive l, m, N, "
-                                    "1 <= K <= N and ms >= 0", entry));
+      throw ConfigError(
+          fmt::format("model.moe.latent.shapes: entry \"{}\" must be l,m,N,K,ms with positive l, m, N, "
+                      "1 <= K <= N and ms >= 0",
+                      entry));
     out.push_back({v[0], v[1], v[2], v[3], v[4], v[2]});
   }
   return out;
@@ -45,8 +47,10 @@ LatentExtension::LatentExtension(const ModelConfig& c)
 
 void LatentExtension::plan(std::map<int64_t, MoELayerShape>& shapes) {
   if (spec_.size() != 1 && spec_.size() != shapes.size())
-    throw ConfigError(fmt::format("model.moe.latent.shapes has {} entries; give 1 (all MoE layers) or {} (one per MoE "
-                                  "layer, model.moe.layers)", spec_.size(), shapes.size()));
+    throw ConfigError(
+        fmt::format("model.moe.latent.shapes has {} entries; give 1 (all MoE layers) or {} (one per MoE "
+                    "layer, model.moe.layers)",
+                    spec_.size(), shapes.size()));
   size_t i = 0;
   for (auto& [layer, s] : shapes) s = spec_.size() == 1 ? spec_[0] : spec_[i++];
 }
@@ -86,7 +90,7 @@ void validate_latent(const Config& c) {
 
 void register_latent() {
   register_config_keys({key_at<std::string>(
-      "model.moe.latent.shapes", [](Config& c) -> auto& { return c.model.moe.section<LatentConfig>().shapes; },
+      "model.moe.latent.shapes", [](Config & c) -> auto& { return c.model.moe.section<LatentConfig>().shapes; },
       "LatentMoE shapes \"l,m,N,K,ms\" per MoE layer, ';'-separated (one entry = all layers): latent width l, expert "
       "width m, experts N, top-k K, shared full-width expert width ms; replaces num_experts/top_k/expert_hidden "
       "(\"\" = off)")});

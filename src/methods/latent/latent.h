@@ -1,4 +1,4 @@
-// LatentMoE (arXiv 2601.18089, ../shared/specs/latentmoe.md): routed experts work in an
+// LatentMoE (arXiv 2601.18089; shaping: arXiv 2610.14644; ../shared/specs/latentmoe.md): routed experts work in an
 // l-wide latent space. Per MoE layer "l,m,N,K,ms": the router and a full-width shared SwiGLU
 // expert (width ms) see x; the routed rows are projected down (W_down [l, d]) before the
 // engine's dispatcher and bank, and the combined result is projected up (W_up [d, l]).

@@ -47,128 +47,134 @@ std::string arms_table(const std::vector<Arm>& arms, bool with_dev) {
   std::string md = with_dev ? "| arm | model.moe.latent.shapes | max cost deviation | val loss |\n|---|---|---|---|\n"
                             : "| arm | model.moe.latent.shapes | val loss |\n|---|---|---|\n";
   for (auto& a : arms)
-    md += with_dev ? fmt::format("| {} | `{}` | {:.2f} % | {:.4f} ± {:.4f} |\n", a.name, a.latent, 100 * a.deviation,
-                                 a.outcome.mean(), a.outcome.std())
-                   : fmt::format("| {} | `{}` | {:.4f} ± {:.4f} |\n", a.name, a.latent, a.outcome.mean(), a.outcome.std());
+    md += with_dev
+              ? fmt::format("| {} | `{}` | {:.2f} % | {:.4f} ± {:.4f} |\n", a.name, a.latent, 100 * a.deviation,
+                            a.outcome.mean(), a.outcome.std())
+              : fmt::format("| {} | `{}` | {:.4f} ± {:.4f} |\n", a.name, a.latent, a.outcome.mean(), a.outcome.std());
   return md;
 }
 
-std::string repeat_shape(const MoELayerShape& s, int64_t n) { return format_latent_shapes(std::vector<MoELayerShape>(n, s)); }
+std::string repeat_shape(const MoELayerShape& s, int64_t n) {
+  return format_latent_shapes(std::vector<MoELayerShape>(n, s));
+}
 
 }  // namespace
 
 ReproResult latent_repro(ReproArgs args, int64_t multiple) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.latent.shapes=32,32,6,3,64",
-                                         "train.steps=10", "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10",
-                                         "eval.windows=4"});
-    const auto& out = args.out;
-    const int64_t seeds = args.seeds;
-    const bool quick = args.quick;
-    const auto& reference = base.model.moe.section<LatentConfig>().shapes;
-    const auto refs = parse_latent_shapes(reference);
-    if (refs.size() != 1)
-      throw ConfigError("repro latent: the base config needs one model.moe.latent.shapes entry (the reference)");
-    const auto ref = refs[0];
-    const int64_t d = base.model.d_model, L = num_moe_layers(base.model);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto base = repro_base_config(
+      args, {"model.d_model=64", "model.n_layers=2", "model.moe.latent.shapes=32,32,6,3,64", "train.steps=10",
+             "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
+  const auto& out = args.out;
+  const int64_t seeds = args.seeds;
+  const bool quick = args.quick;
+  const auto& reference = base.model.moe.section<LatentConfig>().shapes;
+  const auto refs = parse_latent_shapes(reference);
+  if (refs.size() != 1)
+    throw ConfigError("repro latent: the base config needs one model.moe.latent.shapes entry (the reference)");
+  const auto ref = refs[0];
+  const int64_t d = base.model.d_model, L = num_moe_layers(base.model);
 
-    // (1) shape sweep: l * m fixed, N, K, ms fixed
-    std::vector<Arm> sweep;
-    for (int64_t l : {ref.latent / 4, ref.latent / 2, ref.latent, ref.latent * 2}) {
-      if (l < 1 || l > d || (ref.latent * ref.expert_hidden) % l != 0) continue;
-      MoELayerShape s = ref;
-      s.latent = l;
-      s.expert_hidden = ref.latent * ref.expert_hidden / l;
-      sweep.push_back({fmt::format("l{}_m{}", l, s.expert_hidden), repeat_shape(s, L)});
-    }
-    train_arms(sweep, base, seeds);
+  // (1) shape sweep: l * m fixed, N, K, ms fixed
+  std::vector<Arm> sweep;
+  for (int64_t l : {ref.latent / 4, ref.latent / 2, ref.latent, ref.latent * 2}) {
+    if (l < 1 || l > d || (ref.latent * ref.expert_hidden) % l != 0) continue;
+    MoELayerShape s = ref;
+    s.latent = l;
+    s.expert_hidden = ref.latent * ref.expert_hidden / l;
+    sweep.push_back({fmt::format("l{}_m{}", l, s.expert_hidden), repeat_shape(s, L)});
+  }
+  train_arms(sweep, base, seeds);
 
-    // (2) proxy run -> ID profile -> split; arms cost-matched to the reference
-    Config proxy = base;
-    proxy.model.moe.section<LatentConfig>().shapes = repeat_shape(ref, L);
-    proxy.train.steps = std::max<int64_t>(10, base.train.steps / 3);
-    proxy.eval.every = 0;
-    proxy.run.name = "proxy";
-    auto proxy_dir = run_variant(proxy);
-    auto loaded = load_model(proxy_dir);
-    PreparedCorpus corpus(base.data.dir);
-    auto prof = intrinsic_dimension_profile(loaded.model, corpus, "val", base.train.seq_len, quick ? 2000 : 20000,
-                                            quick ? 500 : 5000, 0);
-    int64_t split = two_segment_split(prof.id);
-    const bool fallback = split <= 0;
-    if (fallback) split = std::max<int64_t>(1, L / 2);
-    const int64_t narrow = ref.latent / 2, wide = std::min(d - 1, ref.latent * 3 / 2);
-    const auto sn = solve_constant_cost(d, ref, narrow, multiple);
-    const auto sw = solve_constant_cost(d, ref, wide, multiple);
-    auto place = [&](bool narrow_first) {
-      std::vector<MoELayerShape> v;
-      for (int64_t i = 0; i < L; ++i) v.push_back((i < split) == narrow_first ? sn.rounded : sw.rounded);
-      return format_latent_shapes(v);
-    };
-    const double dev = std::max(sn.max_abs_deviation(), sw.max_abs_deviation());
-    std::vector<Arm> alloc = {{"two_segment", place(true), dev},
-                              {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation()},
-                              {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation()},
-                              {"swapped", place(false), dev}};
-    train_arms(alloc, base, seeds);
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
+  // (2) proxy run -> ID profile -> split; arms cost-matched to the reference
+  Config proxy = base;
+  proxy.model.moe.section<LatentConfig>().shapes = repeat_shape(ref, L);
+  proxy.train.steps = std::max<int64_t>(10, base.train.steps / 3);
+  proxy.eval.every = 0;
+  proxy.run.name = "proxy";
+  auto proxy_dir = run_variant(proxy);
+  auto loaded = load_model(proxy_dir);
+  PreparedCorpus corpus(base.data.dir);
+  auto prof = intrinsic_dimension_profile(loaded.model, corpus, "val", base.train.seq_len, quick ? 2000 : 20000,
+                                          quick ? 500 : 5000, 0);
+  int64_t split = two_segment_split(prof.id);
+  const bool fallback = split <= 0;
+  if (fallback) split = std::max<int64_t>(1, L / 2);
+  const int64_t narrow = ref.latent / 2, wide = std::min(d - 1, ref.latent * 3 / 2);
+  const auto sn = solve_constant_cost(d, ref, narrow, multiple);
+  const auto sw = solve_constant_cost(d, ref, wide, multiple);
+  auto place = [&](bool narrow_first) {
+    std::vector<MoELayerShape> v;
+    for (int64_t i = 0; i < L; ++i) v.push_back((i < split) == narrow_first ? sn.rounded : sw.rounded);
+    return format_latent_shapes(v);
+  };
+  const double dev = std::max(sn.max_abs_deviation(), sw.max_abs_deviation());
+  std::vector<Arm> alloc = {{"two_segment", place(true), dev},
+                            {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation()},
+                            {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation()},
+                            {"swapped", place(false), dev}};
+  train_arms(alloc, base, seeds);
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
 
-    // pictures and tables
-    Series u{"validation loss", {}, {}};
-    for (auto& a : sweep) {
-      auto s = parse_latent_shapes(a.latent)[0];
-      u.x.push_back(std::log2(static_cast<double>(s.latent) / static_cast<double>(s.expert_hidden)));
-      u.y.push_back(a.outcome.mean());
-    }
-    write_file_atomic((fs::path(out) / "shape_sweep.svg").string(),
-                      line_chart_svg({u}, {"shape sweep at fixed l*m", "log2(l / m)", "validation loss (nats)"}));
-    Series idp{"TwoNN ID (proxy run)", {}, prof.id};
-    for (size_t i = 0; i < prof.id.size(); ++i) idp.x.push_back(static_cast<double>(i));
-    write_file_atomic((fs::path(out) / "id_profile.svg").string(),
-                      line_chart_svg({idp}, {"intrinsic dimension per block", "block", "TwoNN ID"}));
-    auto m = [](const std::vector<Arm>& v, const std::string& n) {
-      for (auto& a : v)
-        if (a.name == n) return a.outcome.mean();
-      return std::numeric_limits<double>::quiet_NaN();
-    };
-    const double extremes = std::min(sweep.front().outcome.mean(), sweep.back().outcome.mean());
-    double square = NAN;
-    for (auto& a : sweep)
-      if (parse_latent_shapes(a.latent)[0].latent == ref.latent) square = a.outcome.mean();
-    std::vector<std::pair<std::string, bool>> dirs = {
-        {"U shape: the near-square expert beats both extremes of l/m", square < extremes},
-        {"two-segment allocation at least as good as both uniform endpoints",
-         m(alloc, "two_segment") <= std::min(m(alloc, "uniform_narrow"), m(alloc, "uniform_wide"))},
-        {"two-segment beats the swapped placement", m(alloc, "two_segment") < m(alloc, "swapped")},
-        {"the swapped placement is worse than both uniform endpoints",
-         m(alloc, "swapped") > std::max(m(alloc, "uniform_narrow"), m(alloc, "uniform_wide"))}};
-    std::string md = fmt::format(
-        "# LatentMoE shaping in miniature\n\nProduced by `{} --multiple {}` (d = {}, {} MoE "
-        "layers, reference layer l,m,N,K,ms = {}; {} steps x {} tokens). Validation loss = mean over the four domains "
-        "(nats), mean ± std over {} seed(s). Total runtime {:.1f} min on {} threads.\n\n"
-        "## (1) Shape sweep at l·m = {}, N = {}, K = {}, ms = {}\n\n{}\n![](shape_sweep.svg)\n\n"
-        "## (2) ID-guided allocation\n\nProxy run: {} steps of the reference model; TwoNN ID per block ({} of {} "
-        "validation tokens, seed 0): {}. Split: blocks 0..{} narrow (l = {}), the rest wide (l = {}){}.\n\n"
-        "Narrow layer {} ({}); wide layer {} ({}).\n\n{}\n![](id_profile.svg)\n\n## The paper's directions at this scale\n\n",
-        args.command_line("latent"), multiple, d, L, reference, base.train.steps,
-        base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads, ref.latent * ref.expert_hidden,
-        ref.num_experts, ref.top_k, ref.shared_hidden, arms_table(sweep, false), proxy.train.steps, prof.tokens_used, prof.tokens_collected,
-        [&] {
-          std::string s;
-          for (double v : prof.id) s += fmt::format("{}{:.1f}", s.empty() ? "" : ", ", v);
-          return s;
-        }(),
-        split - 1, narrow, wide, fallback ? " (no valid split in the profile: fell back to the middle)" : "",
-        format_latent_shapes({sn.rounded}), sn.deviations(), format_latent_shapes({sw.rounded}), sw.deviations(),
-        arms_table(alloc, true));
-    nlohmann::json js = {{"minutes", minutes}, {"id_profile", prof.id}, {"split", split}, {"split_fallback", fallback}};
-    for (auto* v : {&sweep, &alloc})
-      for (auto& a : *v) js["arms"][a.name] = {{"latent", a.latent}, {"val_loss", a.outcome.loss}, {"deviation", a.deviation}};
-    for (auto& [text, held] : dirs) {
-      md += fmt::format("- {}: **{}**\n", text, verdict(held));
-      js["directions"][text] = held;
-    }
-    return {out, md, js};
+  // pictures and tables
+  Series u{"validation loss", {}, {}};
+  for (auto& a : sweep) {
+    auto s = parse_latent_shapes(a.latent)[0];
+    u.x.push_back(std::log2(static_cast<double>(s.latent) / static_cast<double>(s.expert_hidden)));
+    u.y.push_back(a.outcome.mean());
+  }
+  write_file_atomic((fs::path(out) / "shape_sweep.svg").string(),
+                    line_chart_svg({u}, {"shape sweep at fixed l*m", "log2(l / m)", "validation loss (nats)"}));
+  Series idp{"TwoNN ID (proxy run)", {}, prof.id};
+  for (size_t i = 0; i < prof.id.size(); ++i) idp.x.push_back(static_cast<double>(i));
+  write_file_atomic((fs::path(out) / "id_profile.svg").string(),
+                    line_chart_svg({idp}, {"intrinsic dimension per block", "block", "TwoNN ID"}));
+  auto m = [](const std::vector<Arm>& v, const std::string& n) {
+    for (auto& a : v)
+      if (a.name == n) return a.outcome.mean();
+    return std::numeric_limits<double>::quiet_NaN();
+  };
+  const double extremes = std::min(sweep.front().outcome.mean(), sweep.back().outcome.mean());
+  double square = NAN;
+  for (auto& a : sweep)
+    if (parse_latent_shapes(a.latent)[0].latent == ref.latent) square = a.outcome.mean();
+  std::vector<std::pair<std::string, bool>> dirs = {
+      {"U shape: the near-square expert beats both extremes of l/m", square < extremes},
+      {"two-segment allocation at least as good as both uniform endpoints",
+       m(alloc, "two_segment") <= std::min(m(alloc, "uniform_narrow"), m(alloc, "uniform_wide"))},
+      {"two-segment beats the swapped placement", m(alloc, "two_segment") < m(alloc, "swapped")},
+      {"the swapped placement is worse than both uniform endpoints",
+       m(alloc, "swapped") > std::max(m(alloc, "uniform_narrow"), m(alloc, "uniform_wide"))}};
+  std::string md = fmt::format(
+      "# LatentMoE shaping in miniature\n\nProduced by `{} --multiple {}` (d = {}, {} MoE "
+      "layers, reference layer l,m,N,K,ms = {}; {} steps x {} tokens). Validation loss = mean over the four domains "
+      "(nats), mean ± std over {} seed(s). Total runtime {:.1f} min on {} threads.\n\n"
+      "## (1) Shape sweep at l·m = {}, N = {}, K = {}, ms = {}\n\n{}\n![](shape_sweep.svg)\n\n"
+      "## (2) ID-guided allocation\n\nProxy run: {} steps of the reference model; TwoNN ID per block ({} of {} "
+      "validation tokens, seed 0): {}. Split: blocks 0..{} narrow (l = {}), the rest wide (l = {}){}.\n\n"
+      "Narrow layer {} ({}); wide layer {} ({}).\n\n{}\n![](id_profile.svg)\n\n## The paper's directions at this "
+      "scale\n\n",
+      args.command_line("latent"), multiple, d, L, reference, base.train.steps,
+      base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads, ref.latent * ref.expert_hidden,
+      ref.num_experts, ref.top_k, ref.shared_hidden, arms_table(sweep, false), proxy.train.steps, prof.tokens_used,
+      prof.tokens_collected,
+      [&] {
+        std::string s;
+        for (double v : prof.id) s += fmt::format("{}{:.1f}", s.empty() ? "" : ", ", v);
+        return s;
+      }(),
+      split - 1, narrow, wide, fallback ? " (no valid split in the profile: fell back to the middle)" : "",
+      format_latent_shapes({sn.rounded}), sn.deviations(), format_latent_shapes({sw.rounded}), sw.deviations(),
+      arms_table(alloc, true));
+  nlohmann::json js = {{"minutes", minutes}, {"id_profile", prof.id}, {"split", split}, {"split_fallback", fallback}};
+  for (auto* v : {&sweep, &alloc})
+    for (auto& a : *v)
+      js["arms"][a.name] = {{"latent", a.latent}, {"val_loss", a.outcome.loss}, {"deviation", a.deviation}};
+  for (auto& [text, held] : dirs) {
+    md += fmt::format("- {}: **{}**\n", text, verdict(held));
+    js["directions"][text] = held;
+  }
+  return {out, md, js};
 }
 
 }  // namespace mf

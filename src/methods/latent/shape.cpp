@@ -35,7 +35,8 @@ std::vector<std::pair<int64_t, int64_t>> near_square_shapes(int64_t budget, int6
 }
 
 MoELayerShape scale_for_accuracy(int64_t d, const MoELayerShape& s, int64_t alpha) {
-  if (alpha < 1 || d % alpha != 0) throw std::invalid_argument(fmt::format("compression {} must divide d = {}", alpha, d));
+  if (alpha < 1 || d % alpha != 0)
+    throw std::invalid_argument(fmt::format("compression {} must divide d = {}", alpha, d));
   MoELayerShape o = s;
   o.latent = d / alpha;
   o.num_experts = s.num_experts * alpha;
@@ -49,7 +50,8 @@ static int64_t round_to(double v, int64_t multiple, int64_t at_least) {
 }
 
 SolvedShape solve_constant_cost(int64_t d, const MoELayerShape& ref, int64_t latent, int64_t multiple) {
-  if (latent < 1 || latent >= d) throw std::invalid_argument(fmt::format("latent width {} must be in [1, d = {})", latent, d));
+  if (latent < 1 || latent >= d)
+    throw std::invalid_argument(fmt::format("latent width {} must be in [1, d = {})", latent, d));
   SolvedShape s;
   s.target = latent_cost(d, ref);
   const double l = static_cast<double>(latent);
@@ -70,7 +72,8 @@ SolvedShape solve_constant_cost(int64_t d, const MoELayerShape& ref, int64_t lat
   r.latent = latent;
   r.top_k = std::max<int64_t>(1, std::llround(s.K));
   r.expert_hidden = round_to(s.target.C / (static_cast<double>(r.top_k) * l), multiple, multiple);
-  r.num_experts = std::max(r.top_k, static_cast<int64_t>(std::llround(s.target.P / (l * static_cast<double>(r.expert_hidden)))));
+  r.num_experts =
+      std::max(r.top_k, static_cast<int64_t>(std::llround(s.target.P / (l * static_cast<double>(r.expert_hidden)))));
   const double ms = (s.target.Q - 2 * l - static_cast<double>(r.num_experts)) / 3;
   r.shared_hidden = ms > 0 ? round_to(ms, multiple, 0) : 0;
   r.vanilla_experts = r.num_experts;
@@ -80,15 +83,16 @@ SolvedShape solve_constant_cost(int64_t d, const MoELayerShape& ref, int64_t lat
 
 double SolvedShape::max_abs_deviation() const {
   double worst = 0;
-  for (auto [a, t] : {std::pair{achieved.P, target.P}, {achieved.C, target.C}, {achieved.V, target.V}, {achieved.Q, target.Q}})
+  for (auto [a, t] :
+       {std::pair{achieved.P, target.P}, {achieved.C, target.C}, {achieved.V, target.V}, {achieved.Q, target.Q}})
     worst = std::max(worst, std::abs(a / t - 1));
   return worst;
 }
 
 std::string SolvedShape::deviations() const {
   auto pct = [](double a, double t) { return 100 * (a / t - 1); };
-  return fmt::format("P {:+.2f}% C {:+.2f}% V {:+.2f}% Q {:+.2f}%", pct(achieved.P, target.P), pct(achieved.C, target.C),
-                     pct(achieved.V, target.V), pct(achieved.Q, target.Q));
+  return fmt::format("P {:+.2f}% C {:+.2f}% V {:+.2f}% Q {:+.2f}%", pct(achieved.P, target.P),
+                     pct(achieved.C, target.C), pct(achieved.V, target.V), pct(achieved.Q, target.Q));
 }
 
 }  // namespace mf

@@ -28,9 +28,8 @@ ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, co
     if (it == moe.end()) throw std::invalid_argument(fmt::format("routing probe: block {} is not an MoE layer", layer));
     auto& m = **it;
     const size_t row = static_cast<size_t>(it - moe.begin());
-    const bool pooled = m.bank_group >= 0 && std::count_if(moe.begin(), moe.end(), [&](auto& o) {
-                                                 return o->bank_group == m.bank_group;
-                                               }) > 1;
+    const bool pooled = m.bank_group >= 0 && std::count_if(moe.begin(), moe.end(),
+                                                           [&](auto& o) { return o->bank_group == m.bank_group; }) > 1;
     auto modes = opt.modes;
     if (modes.empty()) modes = pooled ? std::vector<std::string>{"pool", "matched"} : std::vector<std::string>{"own"};
     for (auto& mode : modes) {
@@ -65,12 +64,14 @@ ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, co
 
 nlohmann::json ProbeReport::to_json() const {
   nlohmann::json j = {{"base_loss", base_loss}, {"mean_delta", mean_delta}, {"rows", nlohmann::json::array()}};
-  for (auto& r : rows) j["rows"].push_back({{"layer", r.layer}, {"mode", r.mode}, {"loss", r.loss}, {"delta", r.delta}});
+  for (auto& r : rows)
+    j["rows"].push_back({{"layer", r.layer}, {"mode", r.mode}, {"loss", r.loss}, {"delta", r.delta}});
   return j;
 }
 
 std::string ProbeReport::markdown() const {
-  std::string s = fmt::format("unmodified loss: {:.4f}\n\n| block | mode | loss | increase |\n|---|---|---|---|\n", base_loss);
+  std::string s =
+      fmt::format("unmodified loss: {:.4f}\n\n| block | mode | loss | increase |\n|---|---|---|---|\n", base_loss);
   for (auto& r : rows) s += fmt::format("| {} | {} | {:.4f} | {:+.4f} |\n", r.layer, r.mode, r.loss, r.delta);
   for (auto& [mode, v] : mean_delta) s += fmt::format("| mean | {} | | {:+.4f} |\n", mode, v);
   return s;

@@ -34,120 +34,133 @@ std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool 
   std::vector<Variant> v = {
       {"vanilla", "vanilla MoE (softmax, per-layer Switch aux 1e-2)", {}},
       {"pool_layer_aux", "shared pool + per-layer aux + softmax", {pool}},
-      {"pool_pool_aux", "shared pool + pool aux + softmax",
-       {pool, "model.moe.aux_loss_coef=0", pool_aux}},
+      {"pool_pool_aux", "shared pool + pool aux + softmax", {pool, "model.moe.aux_loss_coef=0", pool_aux}},
       {"vanilla_norm", "vanilla + NormRouter", {"model.moe.router=norm_topk"}},
-      {"unipool", "full UniPool (G = 1, pool aux + NormRouter)",
+      {"unipool",
+       "full UniPool (G = 1, pool aux + NormRouter)",
        {pool, "model.moe.aux_loss_coef=0", pool_aux, "model.moe.router=norm_topk"}},
-      {"unipool_half", fmt::format("UniPool, reduced pool M = {}", experts * moe_layers / 2),
+      {"unipool_half",
+       fmt::format("UniPool, reduced pool M = {}", experts * moe_layers / 2),
        {pool, half, "model.moe.aux_loss_coef=0", pool_aux, "model.moe.router=norm_topk"}},
   };
   if (with_g2)
-    v.push_back({"unipool_g2", "UniPool, G = 2",
-                 {"model.moe.unipool.groups=2", "model.moe.aux_loss_coef=0", pool_aux,
-                  "model.moe.router=norm_topk"}});
+    v.push_back({"unipool_g2",
+                 "UniPool, G = 2",
+                 {"model.moe.unipool.groups=2", "model.moe.aux_loss_coef=0", pool_aux, "model.moe.router=norm_topk"}});
   return v;
 }
 
 }  // namespace
 
 ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto base = repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
-                                         "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
-    const auto& out = args.out;
-    const int64_t seeds = args.seeds;
-    const int64_t L = num_moe_layers(base.model), E = base.model.moe.num_experts;
-    const auto variants = unipool_variants(L, E, g2);
-    std::map<std::string, Outcome> res;
-    std::map<std::string, std::string> first_run;
-    for (int64_t s = 0; s < seeds; ++s) {  // seed-major: a stopped repro has whole seeds
-      for (auto& v : variants) {
-        Config cfg = base;
-        for (auto& set : v.sets) apply_override(cfg, set);
-        apply_override(cfg, fmt::format("train.seed={}", 1000 + s));
-        cfg.run.name = fmt::format("{}-s{}", v.name, s);
-        validate(cfg);
-        spdlog::info("repro unipool: {} seed {} ({})", v.name, s, v.label);
-        auto dir = run_variant(cfg);
-        auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
-        auto& o = res[v.name];
-        o.loss.push_back(summary["val_loss_mean"].get<double>());
-        if (s == 0) {
-          first_run[v.name] = dir;
-          auto l = load_model(dir);
-          PreparedCorpus corpus(l.cfg.data.dir);
-          auto u = measure_expert_usage(l.model, corpus, "val", l.cfg.train.seq_len, l.cfg.eval.windows);
-          write_usage_pictures(u, (fs::path(out) / v.name).string(), v.label);
-          o.dead = u.globally_dead();
-          o.stored_experts = u.stored_experts();
-          auto c = l.model->param_counts();
-          o.expert_params = c.expert_stored;
-          o.vanilla_params = c.expert_vanilla;
-        }
-      }
-    }
-    std::string probe_md;
-    nlohmann::json probe_json;
-    std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
-    if (probe) {
-      for (std::string name : {"vanilla", "unipool"}) {
-        auto l = load_model(first_run[name]);
-        PreparedCorpus corpus(l.cfg.data.dir);
-        ProbeOptions po;
-        po.seq_len = l.cfg.train.seq_len;
-        po.windows = l.cfg.eval.windows;
-        auto rep = routing_probe(l.model, corpus, po);
-        probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
-        probe_json[name] = rep.to_json();
-        probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
-      }
-    }
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
-    // the paper's directions (table 5 and section 6)
-    auto m = [&](const std::string& n) { return res[n].mean(); };
-    std::vector<std::pair<std::string, bool>> dirs = {
-        {"full UniPool beats vanilla MoE", m("unipool") < m("vanilla")},
-        {"shared pool + per-layer aux is worse than vanilla or collapses (more dead experts)",
-         m("pool_layer_aux") > m("vanilla") || res["pool_layer_aux"].dead > res["unipool"].dead},
-        {"the pool-level aux beats the per-layer aux under sharing", m("pool_pool_aux") < m("pool_layer_aux")},
-        {"NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)", m("unipool") < m("pool_pool_aux")},
-        {"NormRouter alone does not help vanilla MoE", m("vanilla_norm") >= m("vanilla")},
-        {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
-    if (probe)
-      dirs.push_back({"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla",
-                      probe_cost["unipool"] > probe_cost["vanilla"]});
-    if (g2) dirs.push_back({"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
-    std::string md = fmt::format(
-        "# UniPool ablation in miniature\n\nProduced by `{}{}` ({} MoE layers, "
-        "d = {}, top-{} of {} experts per layer, expert width {}, {} steps x {} tokens). Validation loss is the mean "
-        "over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to on the "
-        "validation windows (seed 0). Total runtime {:.1f} min on {} threads.\n\n"
-        "| variant | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
-        "|---|---|---|---|---|---|---|\n",
-        args.command_line("unipool"), std::string(g2 ? " --g2" : "") + (probe ? "" : " --no-probe"), L, base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden,
-        base.train.steps, base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads);
-    nlohmann::json js = {{"minutes", minutes}, {"seeds", seeds}, {"variants", nlohmann::json::object()}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto base =
+      repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
+                               "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
+  const auto& out = args.out;
+  const int64_t seeds = args.seeds;
+  const int64_t L = num_moe_layers(base.model), E = base.model.moe.num_experts;
+  const auto variants = unipool_variants(L, E, g2);
+  std::map<std::string, Outcome> res;
+  std::map<std::string, std::string> first_run;
+  for (int64_t s = 0; s < seeds; ++s) {  // seed-major: a stopped repro has whole seeds
     for (auto& v : variants) {
+      Config cfg = base;
+      for (auto& set : v.sets) apply_override(cfg, set);
+      apply_override(cfg, fmt::format("train.seed={}", 1000 + s));
+      cfg.run.name = fmt::format("{}-s{}", v.name, s);
+      validate(cfg);
+      spdlog::info("repro unipool: {} seed {} ({})", v.name, s, v.label);
+      auto dir = run_variant(cfg);
+      auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
       auto& o = res[v.name];
-      md += fmt::format("| {} | {} | {:.2f} M | {:.0f} % | {:.4f} ± {:.4f} | {:+.4f} | {} |\n", v.label, o.stored_experts,
-                        o.expert_params / 1e6, 100.0 * o.expert_params / std::max<int64_t>(1, o.vanilla_params), o.mean(),
-                        o.std(), o.mean() - m("vanilla"), o.dead);
-      js["variants"][v.name] = {{"label", v.label}, {"val_loss", o.loss}, {"mean", o.mean()}, {"std", o.std()},
-                                {"dead", o.dead}, {"stored_experts", o.stored_experts}, {"expert_params", o.expert_params}};
+      o.loss.push_back(summary["val_loss_mean"].get<double>());
+      if (s == 0) {
+        first_run[v.name] = dir;
+        auto l = load_model(dir);
+        PreparedCorpus corpus(l.cfg.data.dir);
+        auto u = measure_expert_usage(l.model, corpus, "val", l.cfg.train.seq_len, l.cfg.eval.windows);
+        write_usage_pictures(u, (fs::path(out) / v.name).string(), v.label);
+        o.dead = u.globally_dead();
+        o.stored_experts = u.stored_experts();
+        auto c = l.model->param_counts();
+        o.expert_params = c.expert_stored;
+        o.vanilla_params = c.expert_vanilla;
+      }
     }
-    md += "\n## The paper's directions at this scale\n\n";
-    for (auto& [d, held] : dirs) {
-      md += fmt::format("- {}: **{}**\n", d, verdict(held));
-      js["directions"][d] = held;
+  }
+  std::string probe_md;
+  nlohmann::json probe_json;
+  std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
+  if (probe) {
+    for (std::string name : {"vanilla", "unipool"}) {
+      auto l = load_model(first_run[name]);
+      PreparedCorpus corpus(l.cfg.data.dir);
+      ProbeOptions po;
+      po.seq_len = l.cfg.train.seq_len;
+      po.windows = l.cfg.eval.windows;
+      auto rep = routing_probe(l.model, corpus, po);
+      probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
+      probe_json[name] = rep.to_json();
+      probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
     }
-    md += "\nHeatmaps: `<variant>_heatmap.svg` (share of each layer's pairs per expert), `<variant>_hist.svg` "
-          "(usage per stored expert, dead in red).\n";
-    if (probe) {
-      md += "\n## Routing-randomization probe (test split; router weights kept, expert identities drawn uniformly)\n\n" + probe_md;
-      js["probe"] = probe_json;
-    }
-    return {out, md, js};
+  }
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
+  // the paper's directions (table 5 and section 6)
+  auto m = [&](const std::string& n) { return res[n].mean(); };
+  std::vector<std::pair<std::string, bool>> dirs = {
+      {"full UniPool beats vanilla MoE", m("unipool") < m("vanilla")},
+      {"shared pool + per-layer aux is worse than vanilla or collapses (more dead experts)",
+       m("pool_layer_aux") > m("vanilla") || res["pool_layer_aux"].dead > res["unipool"].dead},
+      {"the pool-level aux beats the per-layer aux under sharing", m("pool_pool_aux") < m("pool_layer_aux")},
+      {"NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)",
+       m("unipool") < m("pool_pool_aux")},
+      {"NormRouter alone does not help vanilla MoE", m("vanilla_norm") >= m("vanilla")},
+      {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
+  if (probe)
+    dirs.push_back({"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla",
+                    probe_cost["unipool"] > probe_cost["vanilla"]});
+  if (g2)
+    dirs.push_back(
+        {"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
+  std::string md = fmt::format(
+      "# UniPool ablation in miniature\n\nProduced by `{}{}` ({} MoE layers, "
+      "d = {}, top-{} of {} experts per layer, expert width {}, {} steps x {} tokens). Validation loss is the mean "
+      "over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to on the "
+      "validation windows (seed 0). Total runtime {:.1f} min on {} threads.\n\n"
+      "| variant | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
+      "|---|---|---|---|---|---|---|\n",
+      args.command_line("unipool"), std::string(g2 ? " --g2" : "") + (probe ? "" : " --no-probe"), L,
+      base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden, base.train.steps,
+      base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads);
+  nlohmann::json js = {{"minutes", minutes}, {"seeds", seeds}, {"variants", nlohmann::json::object()}};
+  for (auto& v : variants) {
+    auto& o = res[v.name];
+    md += fmt::format("| {} | {} | {:.2f} M | {:.0f} % | {:.4f} ± {:.4f} | {:+.4f} | {} |\n", v.label, o.stored_experts,
+                      o.expert_params / 1e6, 100.0 * o.expert_params / std::max<int64_t>(1, o.vanilla_params), o.mean(),
+                      o.std(), o.mean() - m("vanilla"), o.dead);
+    js["variants"][v.name] = {{"label", v.label},
+                              {"val_loss", o.loss},
+                              {"mean", o.mean()},
+                              {"std", o.std()},
+                              {"dead", o.dead},
+                              {"stored_experts", o.stored_experts},
+                              {"expert_params", o.expert_params}};
+  }
+  md += "\n## The paper's directions at this scale\n\n";
+  for (auto& [d, held] : dirs) {
+    md += fmt::format("- {}: **{}**\n", d, verdict(held));
+    js["directions"][d] = held;
+  }
+  md +=
+      "\nHeatmaps: `<variant>_heatmap.svg` (share of each layer's pairs per expert), `<variant>_hist.svg` "
+      "(usage per stored expert, dead in red).\n";
+  if (probe) {
+    md += "\n## Routing-randomization probe (test split; router weights kept, expert identities drawn uniformly)\n\n" +
+          probe_md;
+    js["probe"] = probe_json;
+  }
+  return {out, md, js};
 }
 
 }  // namespace mf

@@ -53,7 +53,8 @@ void UniPoolExtension::attach(MoEFeedForward& slot) {
 void UniPoolExtension::routed(MoEFeedForward& slot, RouterOutput& routed, bool record) {
   if (slot.bank_group < 0) return;
   auto& balance = pools_[static_cast<size_t>(slot.bank_group)].balance;
-  if (balance) routed.losses.emplace_back("pool_aux", balance->layer_loss(routed.scores_TE, routed.assignment.unit_P, record));
+  if (balance)
+    routed.losses.emplace_back("pool_aux", balance->layer_loss(routed.scores_TE, routed.assignment.unit_P, record));
 }
 
 namespace {
@@ -69,28 +70,33 @@ void validate_unipool(const Config& c) {
   if (m.ffn != "moe") throw ConfigError("model.moe.unipool.groups needs model.ffn = \"moe\"");
   const int64_t n_moe = num_moe_layers(m);
   if (n_moe % u.groups != 0)
-    throw ConfigError(fmt::format("model.moe.unipool.groups ({}) must divide the number of MoE layers ({}, "
-                                  "model.moe.layers)", u.groups, n_moe));
+    throw ConfigError(
+        fmt::format("model.moe.unipool.groups ({}) must divide the number of MoE layers ({}, "
+                    "model.moe.layers)",
+                    u.groups, n_moe));
   if (u.pool_size % u.groups != 0)
     throw ConfigError(fmt::format("model.moe.unipool.pool_size ({}) must be divisible by model.moe.unipool.groups ({})",
                                   u.pool_size, u.groups));
   const auto& e = m.moe;
   const std::vector<std::pair<bool, const char*>> refused = {
-      {e.n_shared > 0, "model.moe.n_shared"},        {e.capacity_factor > 0, "model.moe.capacity_factor"},
-      {e.bias_update > 0, "model.moe.bias_update"},  {e.activation != Activation::SwiGLU, "model.moe.activation"},
+      {e.n_shared > 0, "model.moe.n_shared"},
+      {e.capacity_factor > 0, "model.moe.capacity_factor"},
+      {e.bias_update > 0, "model.moe.bias_update"},
+      {e.activation != Activation::SwiGLU, "model.moe.activation"},
       {e.expert_bias, "model.moe.expert_bias"}};
   for (auto& [set, key] : refused)
     if (set)
-      throw ConfigError(fmt::format("model.moe.unipool.groups cannot be combined with {}: shared pools hold SwiGLU "
-                                    "experts without shared experts, capacity limits, selection bias or biases",
-                                    key));
+      throw ConfigError(
+          fmt::format("model.moe.unipool.groups cannot be combined with {}: shared pools hold SwiGLU "
+                      "experts without shared experts, capacity limits, selection bias or biases",
+                      key));
 }
 
 }  // namespace
 
 void register_unipool() {
   auto ref = [](auto field) {
-    return [field](Config& c) -> auto& { return c.model.moe.section<UniPoolConfig>().*field; };
+    return [field](Config & c) -> auto& { return c.model.moe.section<UniPoolConfig>().*field; };
   };
   register_config_keys({
       key_at<int64_t>("model.moe.unipool.groups", ref(&UniPoolConfig::groups),

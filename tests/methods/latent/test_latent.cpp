@@ -64,7 +64,8 @@ TEST(LatentMoE, LayerMatchesDenseReference) {
       auto r = f.gate->forward(flat);
       auto z = flat.matmul(param(f, "latent_down.weight").t());
       y = (dense_reference(z, r.assignment, *f.experts).matmul(param(f, "latent_up.weight").t()) +
-           f.shared_experts->forward_unit(0, flat)).view(x.sizes());
+           f.shared_experts->forward_unit(0, flat))
+              .view(x.sizes());
     }
     (y * y.detach().cos()).sum().backward();
     std::vector<at::Tensor> out = {y.detach(), xi.grad()};
@@ -138,16 +139,17 @@ TEST(LatentShape, SolverMeetsTargetsExactlyThenReportsRounding) {
   MoELayerShape ref{128, 128, 64, 4, 256};
   for (int64_t l : {64, 96, 192}) {
     auto s = solve_constant_cost(256, ref, l, 32);
-    for (auto [a, t] : {std::pair{s.exact.P, s.target.P}, {s.exact.C, s.target.C}, {s.exact.V, s.target.V},
-                        {s.exact.Q, s.target.Q}})
+    for (auto [a, t] :
+         {std::pair{s.exact.P, s.target.P}, {s.exact.C, s.target.C}, {s.exact.V, s.target.V}, {s.exact.Q, s.target.Q}})
       EXPECT_NEAR(a / t, 1.0, 1e-12) << "l = " << l;
     EXPECT_DOUBLE_EQ(s.m, 128.0);       // m = C*/V*
     EXPECT_DOUBLE_EQ(s.K, 512.0 / l);   // K = V*/l
     EXPECT_DOUBLE_EQ(s.N, s.K * 16.0);  // N/K = P*/C*
     auto achieved = latent_cost(256, s.rounded);
     EXPECT_EQ(achieved.P, s.achieved.P);
-    EXPECT_NEAR(s.max_abs_deviation(), std::max({std::abs(achieved.P / s.target.P - 1), std::abs(achieved.C / s.target.C - 1),
-                                                 std::abs(achieved.V / s.target.V - 1), std::abs(achieved.Q / s.target.Q - 1)}),
+    EXPECT_NEAR(s.max_abs_deviation(),
+                std::max({std::abs(achieved.P / s.target.P - 1), std::abs(achieved.C / s.target.C - 1),
+                          std::abs(achieved.V / s.target.V - 1), std::abs(achieved.Q / s.target.Q - 1)}),
                 1e-15);
     EXPECT_EQ(s.rounded.expert_hidden % 32, 0);
     EXPECT_GE(s.rounded.num_experts, s.rounded.top_k);

@@ -32,8 +32,17 @@ Router norm_router(int64_t d, int64_t E, int64_t k, bool renormalize = false) {
 
 ModelConfig pool_model(int64_t groups, int64_t pool_size = 0) {
   ModelConfig c;
-  c.vocab_size = 37, c.d_model = 16, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 2, c.ffn = "moe";
-  c.moe.num_experts = 4, c.moe.top_k = 1, c.moe.expert_hidden = 8, c.moe.aux_loss_coef = 0, c.moe.z_loss_coef = 0;
+  c.vocab_size = 37;
+  c.d_model = 16;
+  c.n_layers = 4;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn = "moe";
+  c.moe.num_experts = 4;
+  c.moe.top_k = 1;
+  c.moe.expert_hidden = 8;
+  c.moe.aux_loss_coef = 0;
+  c.moe.z_loss_coef = 0;
   c.moe.section<UniPoolConfig>().groups = groups;
   c.moe.section<UniPoolConfig>().pool_size = pool_size;
   return c;
@@ -115,8 +124,12 @@ TEST(NormRouter, MatchesDenseReferenceWithoutRenormalization) {
     auto out = r->forward(xi);
     auto y = fast ? dispatch(xi, out.assignment, bank).y_TD : dense_reference(xi, out.assignment, bank);
     (y * y.detach().sin()).sum().backward();
-    return std::vector<at::Tensor>{y.detach(), xi.grad(), r->weight.grad().clone(), r->norm_scale.grad().clone(),
-                                   bank.gate_up_proj.grad().clone(), bank.down_proj.grad().clone()};
+    return std::vector<at::Tensor>{y.detach(),
+                                   xi.grad(),
+                                   r->weight.grad().clone(),
+                                   r->norm_scale.grad().clone(),
+                                   bank.gate_up_proj.grad().clone(),
+                                   bank.down_proj.grad().clone()};
   };
   auto fast = grads(true), ref = grads(false);
   for (size_t i = 0; i < fast.size(); ++i) EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12)) << i;
@@ -146,7 +159,10 @@ TEST(PoolBalance, DecomposedLossEqualsDirectFormula) {
   // hand check: alpha * M * sum_i fbar_i pbar_i
   EXPECT_NEAR(pool_aux_loss(fbar, pbar, 0.01).item<double>(), 0.01 * M * (fbar * pbar).sum().item<double>(), 1e-15);
   // uniform usage and uniform scores 1/M give alpha, as the Switch loss does
-  EXPECT_NEAR(pool_aux_loss(torch::full({M}, 1.0 / M, torch::kFloat64), torch::full({M}, 1.0 / M, torch::kFloat64), 0.01).item<double>(), 0.01, 1e-15);
+  EXPECT_NEAR(
+      pool_aux_loss(torch::full({M}, 1.0 / M, torch::kFloat64), torch::full({M}, 1.0 / M, torch::kFloat64), 0.01)
+          .item<double>(),
+      0.01, 1e-15);
 }
 
 TEST(PoolBalance, UsesPreviousMicroBatchAndIgnoresEvaluation) {
@@ -223,7 +239,8 @@ TEST(SharedPool, InModelPoolLossUsesNormScoresAndPreviousFractions) {
       auto& gate = layers[l]->gate;
       units[l] = a.unit_P.clone();
       scores[l] = norm_router_scores(torch::matmul(x_TD, gate->weight.t()), gate->norm_scale, gate->norm_constant,
-                                     c.moe.norm_eps).detach();
+                                     c.moe.norm_eps)
+                      .detach();
     };
   auto step = [&](const at::Tensor& tokens) {
     AuxLosses aux;
