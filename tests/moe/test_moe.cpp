@@ -9,6 +9,7 @@
 #include "model/transformer.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "test_support.h"
 
 using namespace mf;
 
@@ -306,15 +307,7 @@ TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
 }
 
 TEST(MoEModel, LayerPatternsAndNames) {
-  ModelConfig c;
-  c.vocab_size = 31;
-  c.d_model = 16;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn = "moe";
-  c.moe.num_experts = 4;
-  c.moe.expert_hidden = 8;
+  auto c = test::small_moe(31, 16, 4, 4, 2, 8);
   c.moe.n_shared = 1;
   c.moe.layers = "every_other";
   EXPECT_FALSE(is_moe_layer(c, 0));
@@ -342,16 +335,7 @@ TEST(MoEModel, LayerPatternsAndNames) {
 
 TEST(MoEModel, TrainsAndReportsAuxLosses) {
   torch::manual_seed(0);
-  ModelConfig c;
-  c.vocab_size = 29;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn = "moe";
-  c.moe.num_experts = 4;
-  c.moe.top_k = 2;
-  c.moe.expert_hidden = 16;
+  auto c = test::small_moe(29, 16, 2, 4, 2, 16);
   TransformerLM m(c);
   m->init_weights(2);
   auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);

@@ -11,6 +11,7 @@
 #include "model/transformer.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "test_support.h"
 #include "train/trainer.h"
 
 using namespace mf;
@@ -32,12 +33,7 @@ TEST(Schedule, WarmupThenCosine) {
 }
 
 TEST(Optimizer, NoDecayOnNormsAndEmbeddings) {
-  ModelConfig mc;
-  mc.vocab_size = 11;
-  mc.d_model = 8;
-  mc.n_layers = 1;
-  mc.n_heads = 2;
-  mc.n_kv_heads = 1;
+  auto mc = test::small_model(11, 8, 1, 2, 1);
   mc.ffn_hidden = 8;
   TransformerLM m(mc);
   TrainConfig tc;
@@ -56,12 +52,7 @@ TEST(Optimizer, NoDecayOnNormsAndEmbeddings) {
 }
 
 TEST(Optimizer, StateRoundTripsThroughTensors) {
-  ModelConfig mc;
-  mc.vocab_size = 11;
-  mc.d_model = 8;
-  mc.n_layers = 1;
-  mc.n_heads = 2;
-  mc.n_kv_heads = 1;
+  auto mc = test::small_model(11, 8, 1, 2, 1);
   mc.ffn_hidden = 8;
   TransformerLM a(mc), b(mc);
   a->init_weights(1);

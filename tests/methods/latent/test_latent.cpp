@@ -16,18 +16,14 @@
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
+#include "test_support.h"
 
 using namespace mf;
 
 namespace {
 
 ModelConfig latent_model(const std::string& spec) {
-  ModelConfig c;
-  c.vocab_size = 41;
-  c.d_model = 16;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
+  auto c = test::small_model(41, 16, 3);
   c.ffn = "moe";
   c.moe.layers = "1,2";
   c.moe.z_loss_coef = 0;
@@ -294,16 +290,7 @@ TEST(Compose, NormRouterOverLatentExpertsMatchesReference) {
 }
 
 TEST(Compose, ImpossibleCombinationsNameBothKeys) {
-  auto error = [](const std::vector<std::string>& sets) -> std::string {
-    Config cfg;
-    try {
-      for (auto& s : sets) apply_override(cfg, s);
-      validate(cfg);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  const auto error = test::config_error;
   const auto mixed = error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=1",
                             "model.moe.latent.shapes=8,16,4,2,0; 8,16,4,2,0; 12,8,6,1,0; 12,8,6,1,0"});
   EXPECT_NE(mixed.find("model.moe.latent.shapes"), std::string::npos) << mixed;

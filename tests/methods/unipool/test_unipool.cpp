@@ -8,6 +8,7 @@
 #include "analysis/expert_usage.h"
 #include "core/config.h"
 #include "methods/unipool/unipool.h"
+#include "test_support.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
@@ -31,16 +32,7 @@ Router norm_router(int64_t d, int64_t E, int64_t k, bool renormalize = false) {
 }
 
 ModelConfig pool_model(int64_t groups, int64_t pool_size = 0) {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.d_model = 16;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn = "moe";
-  c.moe.num_experts = 4;
-  c.moe.top_k = 1;
-  c.moe.expert_hidden = 8;
+  auto c = test::small_moe(37, 16, 4, 4, 1, 8);
   c.moe.aux_loss_coef = 0;
   c.moe.z_loss_coef = 0;
   c.moe.section<UniPoolConfig>().groups = groups;
@@ -356,26 +348,14 @@ TEST(SharedPool, OnePoolStoredOncePerGroup) {
   EXPECT_GT(second.second, 0.0);
 }
 
-namespace {
-std::string config_error(const std::vector<std::string>& sets) {
-  Config c;
-  try {
-    for (auto& s : sets) apply_override(c, s);
-    validate(c);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST(SharedPool, ConfigValidationNamesTheKey) {
-  EXPECT_NE(config_error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=3"})
+  EXPECT_NE(test::config_error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=3"})
                 .find("model.moe.unipool.groups"),
             std::string::npos);
-  EXPECT_NE(config_error({"model.moe.unipool.aux_loss_coef=0.01"}).find("model.moe.unipool.groups"), std::string::npos);
+  EXPECT_NE(test::config_error({"model.moe.unipool.aux_loss_coef=0.01"}).find("model.moe.unipool.groups"), std::string::npos);
   // combinations that cannot work name both keys
-  auto e = config_error({"model.ffn=moe", "model.moe.unipool.groups=1", "model.moe.capacity_factor=1.5"});
+  auto e = test::config_error({"model.ffn=moe", "model.moe.unipool.groups=1", "model.moe.capacity_factor=1.5"});
   EXPECT_NE(e.find("model.moe.unipool.groups"), std::string::npos) << e;
   EXPECT_NE(e.find("model.moe.capacity_factor"), std::string::npos) << e;
   // the old flat keys still load (configs and checkpoints written before the sub-table)

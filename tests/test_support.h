@@ -1,0 +1,45 @@
+// Small helpers shared by the test executables.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace mf::test {
+
+// A small decoder: `heads` query heads sharing `kv_heads` key/value heads.
+inline ModelConfig small_model(int64_t vocab, int64_t d_model, int64_t n_layers, int64_t heads = 4,
+                               int64_t kv_heads = 2) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  return c;
+}
+
+// The same with every block an MoE of `experts` experts of width `expert_hidden`, top-`top_k`.
+inline ModelConfig small_moe(int64_t vocab, int64_t d_model, int64_t n_layers, int64_t experts, int64_t top_k,
+                             int64_t expert_hidden) {
+  auto c = small_model(vocab, d_model, n_layers);
+  c.ffn = "moe";
+  c.moe.num_experts = experts;
+  c.moe.top_k = top_k;
+  c.moe.expert_hidden = expert_hidden;
+  return c;
+}
+
+// The message of the ConfigError that applying `sets` (KEY=VALUE) and validating raises; "" if none.
+inline std::string config_error(const std::vector<std::string>& sets) {
+  Config c;
+  try {
+    for (auto& s : sets) apply_override(c, s);
+    validate(c);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace mf::test
