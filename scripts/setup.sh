@@ -10,6 +10,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
+  dataset-fashion-mnist                                              # images for model.task = "classify"
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,11 +2,15 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <sstream>
 
+#include "analysis/svg_plot.h"
 #include "cli/commands.h"
+#include "core/util.h"
+#include "data/images.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -28,14 +32,47 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// Loss, accuracy, per-class accuracy and a confusion-matrix SVG of an image classifier.
+void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& split, const std::string& out) {
+  auto l = load_classifier(ckpt);
+  ImageDataset data(l.cfg.data.images_dir, l.cfg.data.val_images);
+  auto r = evaluate_classifier(*l.model, data, split, 0, 256);
+  const int64_t K = l.cfg.model.num_classes;
+  std::vector<std::vector<double>> confusion(K, std::vector<double>(K, 0));
+  for (size_t i = 0; i < r.labels.size(); ++i) confusion[r.labels[i]][r.predictions[i]] += 1;
+  const auto& names = ImageDataset::class_names();
+  std::cout << fmt::format("{} split: {} images, loss {:.4f}, accuracy {:.2f} %\n\n{:<12} {:>8} {:>9}\n", split,
+                           r.count, r.loss, 100 * r.accuracy, "class", "images", "accuracy");
+  HeatmapOptions h;
+  for (int64_t k = 0; k < K; ++k) {
+    double n = 0;
+    for (double v : confusion[k]) n += v;
+    const std::string name = k < static_cast<int64_t>(names.size()) ? names[k] : std::to_string(k);
+    std::cout << fmt::format("{:<12} {:>8.0f} {:>8.2f} %\n", name, n, n > 0 ? 100 * confusion[k][k] / n : 0.0);
+    h.row_labels.push_back(name);
+    for (auto& v : confusion[k]) v = n > 0 ? v / n : 0;  // rows: true class, shares of its images
+  }
+  h.title = fmt::format("{} — confusion on {} ({:.2f} % accuracy)", l.cfg.run.name, split, 100 * r.accuracy);
+  h.x_label = "predicted class";
+  h.y_label = "true class";
+  h.value_label = "share of the true class";
+  const std::string path =
+      out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / fmt::format("confusion_{}.svg", split)).string()
+                  : out;
+  write_file_atomic(path, heatmap_svg(confusion, h));
+  std::cout << "\nwrote " << path << "\n";
+}
+
 }  // namespace
 
 void register_model_commands(CLI::App& app) {
   static std::string ckpt;
   static int64_t threads = 0;
 
-  auto* ev = app.add_subcommand("eval", "per-domain loss and perplexity of a checkpoint on the prepared corpus");
-  static std::string split = "test", data_dir, dump_path, dump_tokens, dump_text;
+  auto* ev = app.add_subcommand("eval",
+                                "per-domain loss and perplexity of a language model on the prepared corpus; "
+                                "loss, accuracy, per-class accuracy and a confusion SVG of an image classifier");
+  static std::string split = "test", data_dir, dump_path, dump_tokens, dump_text, confusion_out;
   static int64_t windows = 64, seq_len = 0;
   ev->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   ev->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
@@ -47,8 +84,12 @@ void register_model_commands(CLI::App& app) {
   ev->add_option("--tokens", dump_tokens, "comma-separated token ids for --dump-logits");
   ev->add_option("--text", dump_text, "text to tokenize for --dump-logits");
   ev->add_option("--threads", threads, "intra-op threads (0 = default)");
+  ev->add_option("--confusion", confusion_out,
+                 "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
   ev->callback([] {
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    if (checkpoint_config(ckpt).model.task == "classify")
+      return evaluate_classifier_checkpoint(ckpt, split, confusion_out);
     auto l = load_model(ckpt);
     if (!dump_path.empty()) {
       std::vector<int64_t> ids = parse_ids(dump_tokens);
@@ -99,10 +140,21 @@ void register_model_commands(CLI::App& app) {
   info->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   info->add_flag("--json", as_json, "print JSON");
   info->callback([] {
-    auto l = load_model(ckpt);
+    const Config cfg = checkpoint_config(ckpt);
+    const bool classifier = cfg.model.task == "classify";
+    std::vector<std::shared_ptr<FeedForward>> ffns;
+    ParamCounts c;
+    if (classifier) {
+      auto l = load_classifier(ckpt);
+      ffns = l.model->feed_forwards();
+      c = l.model->param_counts();
+    } else {
+      auto l = load_model(ckpt);
+      ffns = l.model->feed_forwards();
+      c = l.model->param_counts();
+    }
     auto ck = read_checkpoint(ckpt);
-    auto c = l.model->param_counts();
-    const auto& m = l.cfg.model;
+    const auto& m = cfg.model;
     nlohmann::json j = {{"checkpoint", ck.dir},
                         {"architecture", ck.metadata()["moeforge.architecture"]},
                         {"step", std::stoll(ck.metadata()["moeforge.step"])},
@@ -117,10 +169,18 @@ void register_model_commands(CLI::App& app) {
                         {"parameters", c.total},
                         {"parameters_embedding", c.embedding},
                         {"parameters_non_embedding", c.non_embedding},
-                        {"parameters_active_per_token", c.active}};
+                        {"parameters_active_per_token", c.active},
+                        {"task", m.task}};
+    if (classifier) {
+      j.erase("vocab_size");
+      j.erase("max_seq_len");
+      j["image_size"] = m.image_size;
+      j["patch_size"] = m.patch_size;
+      j["num_classes"] = m.num_classes;
+    }
     if (m.ffn == "moe") {
       std::set<int64_t> per_router, banks;
-      for (auto& layer : moe_layers(l.model->feed_forwards())) {
+      for (auto& layer : moe_layers(ffns)) {
         per_router.insert(layer->shape().num_experts);
         if (layer->bank_group >= 0) banks.insert(layer->bank_group);
       }

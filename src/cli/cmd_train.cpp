@@ -14,16 +14,23 @@ namespace mf::cli {
 
 static void print_summary(const TrainResult& r) {
   const auto& s = r.summary;
-  std::cout << fmt::format("\n== {} ==  steps {}  params {:.2f}M  tokens {:.2f}M  {:.0f} tok/s  {:.0f} s\n",
+  const bool images = s.value("task", "lm") == "classify";
+  const std::string items = images ? "images" : "tokens";
+  std::cout << fmt::format("\n== {} ==  steps {}  params {:.2f}M  {} {:.2f}M  {:.0f} {}/s  {:.0f} s\n",
                            s["run"].get<std::string>(), s["steps"].get<int64_t>(), s["parameters"].get<int64_t>() / 1e6,
-                           s["tokens_seen"].get<int64_t>() / 1e6, s["tokens_per_s"].get<double>(),
+                           items, s[items + "_seen"].get<int64_t>() / 1e6, s[items + "_per_s"].get<double>(), items,
                            s["elapsed_s"].get<double>());
-  std::cout << fmt::format("{:<12} {:>9} {:>11}\n", "domain", "val loss", "perplexity");
-  for (auto& [dom, loss] : s["val_loss"].items())
-    std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", dom, loss.get<double>(), std::exp(loss.get<double>()));
-  std::cout << fmt::format("{:<12} {:>9.4f}   (unigram entropy of the corpus: {:.4f} nats)\n", "mean",
-                           s["val_loss_mean"].get<double>(), s["unigram_entropy_nats"].get<double>());
-  std::cout << "sample: " << s["sample"].get<std::string>() << "\n";
+  if (images) {
+    std::cout << fmt::format("validation: loss {:.4f}  accuracy {:.2f} %\n", s["val_loss_mean"].get<double>(),
+                             100 * s.value("val_accuracy", 0.0));
+  } else {
+    std::cout << fmt::format("{:<12} {:>9} {:>11}\n", "domain", "val loss", "perplexity");
+    for (auto& [dom, loss] : s["val_loss"].items())
+      std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", dom, loss.get<double>(), std::exp(loss.get<double>()));
+    std::cout << fmt::format("{:<12} {:>9.4f}   (unigram entropy of the corpus: {:.4f} nats)\n", "mean",
+                             s["val_loss_mean"].get<double>(), s.value("unigram_entropy_nats", 0.0));
+    std::cout << "sample: " << s["sample"].get<std::string>() << "\n";
+  }
   std::cout << "run directory: " << r.run_dir << "  (metrics.jsonl, summary.json, loss.svg, checkpoints/)\n";
 }
 

@@ -243,6 +243,15 @@ void validate(const Config& c) {
   const auto& m = c.model;
   if (m.ffn == "moe")
     for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
+  if (m.task == "classify") {
+    if (m.image_size % m.patch_size != 0)
+      throw ConfigError(
+          fmt::format("model.patch_size ({}) must divide model.image_size ({})", m.patch_size, m.image_size));
+    if (m.n_kv_heads != m.n_heads)
+      throw ConfigError(
+          "model.n_kv_heads must equal model.n_heads for model.task = \"classify\" (ViT attention is "
+          "plain multi-head)");
+  }
   if (m.d_model % m.n_heads != 0)
     throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));
   if ((m.d_model / m.n_heads) % 2 != 0)

@@ -79,10 +79,11 @@ struct MoeConfig {
   double aux_loss_coef = 1e-2;
   double z_loss_coef = 1e-3;
   double seq_aux_loss_coef = 0.0;
-  double bias_update = 0.0;      // DeepSeek-V3 aux-loss-free balancing step (0 = off)
-  int64_t n_shared = 0;          // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
-  double capacity_factor = 0.0;  // 0 = dropless
-  MethodSections sections;       // [model.moe.<method>] sub-tables
+  double bias_update = 0.0;          // DeepSeek-V3 aux-loss-free balancing step (0 = off)
+  int64_t n_shared = 0;              // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
+  std::string dense_ffn = "swiglu";  // the FFN of the blocks model.moe.layers leaves dense: swiglu | gelu
+  double capacity_factor = 0.0;      // 0 = dropless
+  MethodSections sections;           // [model.moe.<method>] sub-tables
   template <class T>
   T& section() {
     return sections.get<T>();
@@ -105,8 +106,14 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double init_std = 0.02;
   bool scale_out_init = true;  // output projections get std / sqrt(2 * n_layers)
-  std::string ffn = "swiglu";  // swiglu | moe
+  std::string ffn = "swiglu";  // swiglu | gelu | moe (or a kind a method registers)
   MoeConfig moe;
+  // The task the model serves: "lm" (the LLaMA-style decoder) or "classify" (a ViT over images).
+  std::string task = "lm";
+  int64_t image_size = 28;  // classify: square images of this side
+  int64_t patch_size = 4;   // classify: square patches (image_size must be a multiple)
+  int64_t channels = 1;
+  int64_t num_classes = 10;
 };
 
 // Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).
@@ -123,6 +130,10 @@ struct DataConfig {
   double weight_scripture = 1.0;
   double weight_technical = 1.0;
   double weight_quotations = 1.0;
+  // classify: IDX files (gzip) as Debian's dataset-fashion-mnist installs them
+  std::string images_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t val_images = 5000;  // the last training images form the validation split
+  bool augment = true;        // random crop (2-pixel padding) and horizontal flip
 };
 
 struct TrainConfig {

@@ -45,10 +45,26 @@ Config checkpoint_config(const std::string& ckpt_path) {
 LoadedModel load_model(const std::string& path) {
   LoadedModel l;
   l.cfg = checkpoint_config(path);
+  if (l.cfg.model.task != "lm")
+    throw std::runtime_error(
+        fmt::format("'{}' holds an image classifier (model.task = \"{}\"); this command needs a "
+                    "language model (eval and info take both)",
+                    path, l.cfg.model.task));
   auto ck = read_checkpoint(path);
   l.model = TransformerLM(l.cfg.model);
   load_model_tensors(*l.model, ck.model);
   l.tokenizer = ck.tokenizer_path();
+  return l;
+}
+
+LoadedClassifier load_classifier(const std::string& path) {
+  LoadedClassifier l;
+  l.cfg = checkpoint_config(path);
+  if (l.cfg.model.task != "classify")
+    throw std::runtime_error(
+        fmt::format("'{}' is not an image classifier (model.task = \"{}\")", path, l.cfg.model.task));
+  l.model = VisionTransformer(l.cfg.model);
+  load_model_tensors(*l.model, read_checkpoint(path).model);
   return l;
 }
 

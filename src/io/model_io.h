@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "model/vit.h"
 
 namespace mf {
 
@@ -25,6 +26,13 @@ struct LoadedModel {
   std::string tokenizer;
 };
 // A checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
+// A language model; an image classifier checkpoint is an error that says so.
 LoadedModel load_model(const std::string& path);
+
+struct LoadedClassifier {
+  Config cfg;
+  VisionTransformer model{nullptr};
+};
+LoadedClassifier load_classifier(const std::string& path);  // model.task = "classify"
 
 }  // namespace mf

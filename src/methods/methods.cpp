@@ -20,7 +20,8 @@ void register_builtin_methods() {
     // shape, after every method, is buildable
     register_config_validator([](const Config& c) {
       if (!is_ffn_kind(c.model.ffn))
-        throw ConfigError(fmt::format("model.ffn = \"{}\" is not a known FFN-slot kind (swiglu, moe)", c.model.ffn));
+        throw ConfigError(
+            fmt::format("model.ffn = \"{}\" is not a known FFN-slot kind (swiglu, gelu, moe)", c.model.ffn));
       if (c.model.ffn == "moe") plan_moe(c.model);
     });
   });

@@ -100,17 +100,29 @@ torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
   return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
+GeluMLP::GeluMLP(int64_t d, int64_t hidden) {
+  fc1 = register_module("fc1", std::make_shared<BiasedLinearImpl>(d, hidden));
+  fc2 = register_module("fc2", std::make_shared<BiasedLinearImpl>(hidden, d, /*output=*/true));
+}
+
+torch::Tensor GeluMLP::forward(const torch::Tensor& x, AuxLosses&) {
+  return fc2->forward(torch::gelu(fc1->forward(x)));
+}
+
 namespace {
+std::shared_ptr<FeedForward> dense_ffn(const std::string& kind, const ModelConfig& c) {
+  if (kind == "gelu") return std::make_shared<GeluMLP>(c.d_model, c.ffn_hidden);
+  return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
+}
+
 std::map<std::string, FeedForwardFactory>& ffn_kinds() {
   static std::map<std::string, FeedForwardFactory> kinds = {
-      {"swiglu",
-       [](const ModelConfig& c, int64_t, const MoEPlan&) -> std::shared_ptr<FeedForward> {
-         return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
-       }},
+      {"swiglu", [](const ModelConfig& c, int64_t, const MoEPlan&) { return dense_ffn("swiglu", c); }},
+      {"gelu", [](const ModelConfig& c, int64_t, const MoEPlan&) { return dense_ffn("gelu", c); }},
       {"moe",
        [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
          if (is_moe_layer(c, layer)) return std::make_shared<MoEFeedForward>(c, layer, plan);
-         return std::make_shared<SwiGLU>(c.d_model, c.ffn_hidden);
+         return dense_ffn(c.moe.dense_ffn, c);
        }},
   };
   return kinds;

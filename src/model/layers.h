@@ -41,6 +41,20 @@ class OutputLinearImpl : public torch::nn::LinearImpl, public DeclaresParamRoles
 };
 using OutputLinear = std::shared_ptr<OutputLinearImpl>;
 
+// A Linear with a bias (ViT layers); `output` marks a projection into the residual stream.
+class BiasedLinearImpl : public torch::nn::LinearImpl, public DeclaresParamRoles {
+ public:
+  BiasedLinearImpl(int64_t in, int64_t out, bool output = false)
+      : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out).bias(true)), output_(output) {}
+  ParamRoleList param_roles() const override {
+    return {{"bias", ParamRole::Bias}, {"weight", output_ ? ParamRole::Output : ParamRole::Weight}};
+  }
+
+ private:
+  bool output_;
+};
+using BiasedLinear = std::shared_ptr<BiasedLinearImpl>;
+
 // Rotary position embedding, Hugging Face "rotate_half" layout: for pair (i, i + D/2)
 // at position p with angle a = p * theta^(-2i/D):  x_i' = x_i cos a - x_{i+D/2} sin a,
 // x_{i+D/2}' = x_{i+D/2} cos a + x_i sin a.
@@ -85,7 +99,15 @@ class SwiGLU : public FeedForward {
   OutputLinear down_proj;
 };
 
-// FFN-slot kinds (model.ffn): "swiglu" and "moe" are built in; a method may register its own.
+// GELU MLP with biases (ViT/BERT): fc2 gelu(fc1 x + b1) + b2
+class GeluMLP : public FeedForward {
+ public:
+  GeluMLP(int64_t d_model, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
+  BiasedLinear fc1, fc2;
+};
+
+// FFN-slot kinds (model.ffn): "swiglu", "gelu" and "moe" are built in; a method may register its own.
 // A factory builds block `layer`'s slot; `plan` holds the MoE blocks' shapes and extensions.
 struct MoEPlan;
 using FeedForwardFactory =

@@ -60,45 +60,12 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
 }
 
 void TransformerLMImpl::init_weights(uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
-  const auto roles = collect_param_roles(*this);
-  for (auto& p : named_parameters()) {
-    auto& t = p.value();
-    switch (roles.at(p.key())) {
-      case ParamRole::Gain: t.fill_(1.0); break;
-      case ParamRole::Bias: t.zero_(); break;
-      case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
-      default: t.normal_(0.0, cfg_.init_std, gen);
-    }
-  }
+  init_by_role(*this, seed, cfg_.init_std, out_std);
 }
 
 ParamCounts TransformerLMImpl::param_counts() const {
-  ParamCounts c;
-  for (auto& p : named_parameters()) {
-    c.total += p.value().numel();
-    if (p.key() == "model.embed_tokens.weight") c.embedding += p.value().numel();
-  }
-  c.non_embedding = c.total - c.embedding;
-  // active = total - every stored routed expert + the k experts each MoE layer uses
-  c.active = c.total;
-  std::vector<const ExpertBank*> seen;
-  for (auto& m : moe_layers(feed_forwards())) {
-    const auto& bank = *m->experts;
-    const int64_t bank_params = bank.parameter_count();
-    const int64_t per_expert = bank_params / bank.num_units();
-    if (std::find(seen.begin(), seen.end(), &bank) == seen.end()) {
-      seen.push_back(&bank);
-      c.expert_stored += bank_params;
-      c.active -= bank_params;
-    }
-    c.active += m->gate->options().top_k * per_expert;
-    c.expert_vanilla += m->shape().vanilla_experts * per_expert;
-    for (auto& p : m->gate->parameters()) c.router += p.numel();
-  }
-  return c;
+  return count_parameters(*this, feed_forwards(), model->embed_tokens->weight.numel());
 }
 
 std::vector<std::shared_ptr<FeedForward>> TransformerLMImpl::feed_forwards() const {

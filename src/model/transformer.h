@@ -5,6 +5,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include "model/layers.h"
+#include "model/params.h"
 
 namespace mf {
 
@@ -30,14 +31,6 @@ class DecoderImpl : public torch::nn::Module, public DeclaresParamRoles {
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Decoder);
-
-struct ParamCounts {
-  int64_t total = 0, embedding = 0, non_embedding = 0;
-  int64_t active = 0;          // used per token: total minus the experts a token does not visit
-  int64_t expert_stored = 0;   // routed-expert parameters, each shared pool counted once
-  int64_t expert_vanilla = 0;  // what num_experts private experts per MoE layer would store
-  int64_t router = 0;          // router parameters (weights and NormRouter scales)
-};
 
 class TransformerLMImpl : public torch::nn::Module {
  public:

@@ -1,5 +1,8 @@
 #include "train/evaluate.h"
 
+#include "data/images.h"
+#include "model/vit.h"
+
 namespace mf {
 
 std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
@@ -22,6 +25,34 @@ std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCor
   }
   model->train(was_training);
   return out;
+}
+
+ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const ImageDataset& data,
+                                         const std::string& split, int64_t images, int64_t batch_size,
+                                         const std::function<void()>& after_batch) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const int64_t n = data.split(split).images.size(0);
+  ClassifierEvaluation r;
+  r.count = images > 0 ? std::min(images, n) : n;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t b = 0; b < r.count; b += batch_size) {
+    auto batch = image_range(data, split, b, std::min(batch_size, r.count - b));
+    auto logits = model.forward(batch.images);
+    if (after_batch) after_batch();
+    const auto m = batch.labels.size(0);
+    loss_sum += classify_loss(logits, batch.labels).item<double>() * static_cast<double>(m);
+    auto pred = logits.argmax(-1);
+    correct += (pred == batch.labels).sum().item<int64_t>();
+    r.predictions.insert(r.predictions.end(), pred.data_ptr<int64_t>(), pred.data_ptr<int64_t>() + m);
+    r.labels.insert(r.labels.end(), batch.labels.data_ptr<int64_t>(), batch.labels.data_ptr<int64_t>() + m);
+  }
+  model.train(was_training);
+  r.loss = loss_sum / static_cast<double>(std::max<int64_t>(1, r.count));
+  r.accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(1, r.count));
+  return r;
 }
 
 double mean_loss(const std::vector<DomainLoss>& losses) {

@@ -21,4 +21,16 @@ std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCor
                                          const std::function<void()>& after_batch = {});
 double mean_loss(const std::vector<DomainLoss>& losses);
 
+struct ClassifierEvaluation {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+  std::vector<int64_t> predictions, labels;  // per image, in split order
+};
+class ImageDataset;
+class VisionTransformerImpl;
+// The first `images` images of `split` (all of them when images <= 0 or larger than the split).
+ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const ImageDataset& data,
+                                         const std::string& split, int64_t images, int64_t batch_size,
+                                         const std::function<void()>& after_batch = {});
+
 }  // namespace mf

@@ -59,7 +59,7 @@ TEST(Config, OutOfRangeNamesRange) {
   EXPECT_NE(e.find("[0, 1]"), std::string::npos) << e;
   e = config_error("[model]\nffn = \"mixture\"");
   EXPECT_NE(e.find("model.ffn"), std::string::npos) << e;
-  EXPECT_NE(e.find("swiglu, moe"), std::string::npos) << e;
+  EXPECT_NE(e.find("swiglu, gelu, moe"), std::string::npos) << e;
   e = config_error("[model.moe]\nrouter = \"softmax\"");
   EXPECT_NE(e.find("one of {softmax_topk, sigmoid_topk, norm_topk, top_p, uniform_random, balanced}"),
             std::string::npos)

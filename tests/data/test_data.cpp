@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <zlib.h>
+
 #include <filesystem>
 
 #include "core/util.h"
 #include "data/corpus.h"
+#include "data/idx.h"
+#include "data/images.h"
 #include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -154,4 +158,73 @@ TEST_F(PreparedData, DeterministicIdempotentAndLoadable) {
   }
   EXPECT_FALSE(prepare_corpus(a, false).skipped);  // and prepare repairs it
   fs::remove_all(a.dir), fs::remove_all(b.dir);
+}
+
+namespace {
+std::string temp_file(const std::string& name) { return (fs::temp_directory_path() / ("mf_idx_" + name)).string(); }
+void write_gz_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+std::string idx_error(const std::string& path, int64_t dims) {
+  try {
+    read_idx_gz(path, dims);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Idx, RoundTripAndEveryBrokenFileNamesItself) {
+  const auto good = temp_file("good.gz");
+  auto images = torch::randint(0, 256, {5, 4, 3}, torch::kLong).to(torch::kByte);
+  write_idx_gz(good, images);
+  EXPECT_TRUE(torch::equal(read_idx_gz(good, 3), images));
+  // wrong number of dimensions (labels read as images) -> wrong magic
+  EXPECT_NE(idx_error(good, 1).find("magic"), std::string::npos);
+  // not gzip
+  const auto plain = temp_file("plain");
+  write_file_atomic(plain, "plain bytes, not gzip");
+  EXPECT_NE(idx_error(plain, 1).find("not a gzip file"), std::string::npos);
+  // header says 4 items, 2 bytes follow: truncated; 3 bytes for 2 items: trailing bytes
+  const auto trunc = temp_file("trunc.gz"), extra = temp_file("extra.gz");
+  write_gz_bytes(trunc, {0, 0, 8, 1, 0, 0, 0, 4, 7, 9});
+  write_gz_bytes(extra, {0, 0, 8, 1, 0, 0, 0, 2, 7, 9, 11});
+  EXPECT_NE(idx_error(trunc, 1).find("truncated"), std::string::npos);
+  EXPECT_NE(idx_error(extra, 1).find("after the IDX payload"), std::string::npos);
+  for (auto& p : {plain, trunc, extra}) EXPECT_EQ(idx_error(p, 1).rfind(p, 0), 0u) << "the error starts with the file";
+  for (auto& p : {good, plain, trunc, extra}) fs::remove(p);
+}
+
+TEST(Images, FashionMnistSplitsNormalisationAndDeterministicBatches) {
+  ImageDataset data("/usr/share/datasets/fashion-mnist", 5000);
+  EXPECT_EQ(data.split("train").images.size(0), 55000);
+  EXPECT_EQ(data.split("val").images.size(0), 5000);
+  EXPECT_EQ(data.split("test").images.size(0), 10000);
+  EXPECT_EQ(data.num_classes(), 10);
+  EXPECT_EQ(data.image_size(), 28);
+  EXPECT_NEAR(data.mean, 0.286, 0.01);  // the dataset's known pixel statistics
+  EXPECT_NEAR(data.std, 0.353, 0.01);
+  auto all = data.normalize(data.split("train").images);
+  EXPECT_NEAR(all.mean().item<double>(), 0.0, 1e-3);
+  EXPECT_NEAR(all.std().item<double>(), 1.0, 1e-3);
+  ImageSampler sampler(data, 7, /*augment=*/true);
+  auto a = sampler.sample(3, 1, 16), b = sampler.sample(3, 1, 16), c = sampler.sample(4, 1, 16);
+  EXPECT_TRUE(torch::equal(a.images, b.images));  // a pure function of (seed, step, micro)
+  EXPECT_TRUE(torch::equal(a.labels, b.labels));
+  EXPECT_FALSE(torch::equal(a.images, c.images));
+  EXPECT_EQ(a.images.sizes(), (std::vector<int64_t>{16, 1, 28, 28}));
+  // without augmentation a batch is exactly the normalised training images it drew
+  ImageSampler plain(data, 7, /*augment=*/false);
+  auto p = plain.sample(3, 1, 4);
+  auto train = data.normalize(data.split("train").images);
+  for (int64_t i = 0; i < 4; ++i) {
+    bool found = false;
+    for (int64_t j = 0; j < train.size(0) && !found; ++j) found = torch::equal(train[j], p.images[i]);
+    EXPECT_TRUE(found) << i;
+  }
+  EXPECT_THROW(ImageDataset("/nonexistent", 10), DataError);
+  EXPECT_THROW(ImageDataset("/usr/share/datasets/fashion-mnist", 60000), DataError);
 }

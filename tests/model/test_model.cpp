@@ -2,8 +2,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "methods/latent/latent.h"
+#include "methods/unipool/unipool.h"
+#include "model/moe_ffn.h"
 #include "model/transformer.h"
+#include "model/vit.h"
 #include "serve/generate.h"
+#include "test_support.h"
 #include "train/optim.h"
 
 using namespace mf;
@@ -237,4 +242,100 @@ TEST(Generate, SeededAndGreedyAreDeterministic) {
   torch::NoGradGuard g;
   auto logits = m->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0));
   EXPECT_EQ(greedy[0], logits[0][2].argmax().item<int64_t>());
+}
+
+namespace {
+ModelConfig tiny_vit(const std::string& ffn = "gelu") {
+  auto c = test::small_model(0, 16, 2, 4, 4);
+  c.task = "classify";
+  c.image_size = 8;
+  c.patch_size = 4;
+  c.num_classes = 3;
+  c.ffn = ffn;
+  c.ffn_hidden = 24;
+  c.moe.dense_ffn = "gelu";
+  c.moe.activation = Activation::GELU;
+  c.moe.expert_bias = true;
+  c.moe.num_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.expert_hidden = 12;
+  return c;
+}
+}  // namespace
+
+TEST(ViT, PatchifyMatchesPerPatchReference) {
+  auto images = torch::randn({2, 3, 8, 12}, torch::kFloat64);
+  auto p = patchify(images, 4);  // 2 x 3 patches of 3 x 4 x 4 values
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{2, 6, 48}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        auto ref = images[b].narrow(1, 4 * i, 4).narrow(2, 4 * j, 4).reshape({-1});  // channels, rows, columns
+        EXPECT_TRUE(torch::equal(p[b][i * 3 + j], ref)) << b << " " << i << " " << j;
+      }
+}
+
+TEST(ViT, AttentionSeesLaterTokens) {
+  torch::manual_seed(1);
+  ViTAttention attn(16, 4);
+  auto x = torch::randn({1, 5, 16});
+  auto y = attn->forward(x);
+  auto x2 = x.clone();
+  x2[0][4] += 1.0;  // the last token
+  auto y2 = attn->forward(x2);
+  EXPECT_GT((y2[0][0] - y[0][0]).abs().max().item<double>(), 1e-4);  // no causal mask: token 0 changes
+}
+
+TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
+  std::vector<std::pair<std::string, ModelConfig>> kinds;
+  kinds.emplace_back("dense gelu", tiny_vit());
+  kinds.emplace_back("top-2 MoE", tiny_vit("moe"));
+  auto alternate = tiny_vit("moe");
+  alternate.moe.layers = "every_other";
+  kinds.emplace_back("MoE in alternate blocks", alternate);
+  auto unipool = tiny_vit("moe");
+  unipool.moe.router = RouterKind::NormTopK;
+  unipool.moe.section<UniPoolConfig>().groups = 1;
+  unipool.moe.section<UniPoolConfig>().aux_loss_coef = 0.01;
+  kinds.emplace_back("UniPool", unipool);
+  auto latent = tiny_vit("moe");
+  latent.moe.section<LatentConfig>().shapes = "8,12,4,2,16";
+  kinds.emplace_back("LatentMoE", latent);
+  for (auto& [name, c] : kinds) {
+    torch::manual_seed(2);
+    VisionTransformer m(c);
+    m->init_weights(3);
+    auto images = torch::randn({4, 1, 8, 8});
+    auto labels = torch::tensor({0, 1, 2, 1}, torch::kLong);
+    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
+    AuxLosses aux;
+    auto logits = m->forward(images, aux);
+    ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{4, 3})) << name;
+    auto loss = classify_loss(logits, labels);
+    if (auto a = aux.total(); a.defined()) loss = loss + a;
+    loss.backward();
+    opt.step();
+    EXPECT_TRUE(std::isfinite(loss.item<double>())) << name;
+    EXPECT_EQ(moe_layers(m->feed_forwards()).empty(), name == "dense gelu") << name;
+  }
+}
+
+TEST(ViT, OverfitsSixtyFourImages) {
+  torch::manual_seed(4);
+  auto c = tiny_vit();
+  c.d_model = 32;
+  c.ffn_hidden = 64;
+  c.num_classes = 10;
+  VisionTransformer m(c);
+  m->init_weights(5);
+  auto images = torch::randn({64, 1, 8, 8});
+  auto labels = torch::randint(0, 10, {64}, torch::kLong);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(3e-3));
+  for (int i = 0; i < 300; ++i) {
+    opt.zero_grad();
+    classify_loss(m->forward(images), labels).backward();
+    opt.step();
+  }
+  const double accuracy = (m->forward(images).argmax(-1) == labels).to(torch::kDouble).mean().item<double>();
+  EXPECT_EQ(accuracy, 1.0);
 }

@@ -9,9 +9,9 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/transformer.h"
+#include "test_support.h"
 #include "train/metrics.h"
 #include "train/optim.h"
-#include "test_support.h"
 #include "train/trainer.h"
 
 using namespace mf;
@@ -110,7 +110,10 @@ class TrainRun : public ::testing::Test {
   }
 };
 
-TEST_F(TrainRun, ResumeIsBitIdentical) {
+namespace {
+// N straight steps = N/2 steps, stop, resume, N/2 steps: identical weights, validation and
+// per-step training losses, and one metrics line per step.
+void expect_exact_resume(const Config& base) {
   Config straight = base;
   straight.run.name = "straight";
   auto a = train(straight, {});
@@ -119,14 +122,14 @@ TEST_F(TrainRun, ResumeIsBitIdentical) {
   Config split = base;
   split.run.name = "split";
   TrainOptions first;
-  first.stop_after = 4;
+  first.stop_after = base.train.steps / 2;
   auto half = train(split, first);
   EXPECT_FALSE(half.summary["finished"].get<bool>());
-  EXPECT_EQ(half.summary["steps"], 4);
+  EXPECT_EQ(half.summary["steps"], base.train.steps / 2);
   TrainOptions second;
   second.resume = half.run_dir;
   auto b = train(split, second);
-  EXPECT_EQ(b.summary["steps"], 8);
+  EXPECT_EQ(b.summary["steps"], base.train.steps);
 
   auto wa = read_checkpoint(a.run_dir).model, wb = read_checkpoint(b.run_dir).model;
   ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
@@ -137,12 +140,44 @@ TEST_F(TrainRun, ResumeIsBitIdentical) {
   auto lines = read_metrics(b.run_dir + "/metrics.jsonl");
   int train_lines = 0;
   for (auto& l : lines) train_lines += l.contains("loss");
-  EXPECT_EQ(train_lines, 8);
+  EXPECT_EQ(train_lines, base.train.steps);
   auto ref = read_metrics(a.run_dir + "/metrics.jsonl");
   for (size_t i = 0; i < lines.size() && i < ref.size(); ++i)
     if (lines[i].contains("loss")) {
       EXPECT_EQ(lines[i]["loss"], ref[i]["loss"]) << "line " << i;
     }
+}
+}  // namespace
+
+TEST_F(TrainRun, ResumeIsBitIdentical) { expect_exact_resume(base); }
+
+// The image classifier: a tiny ViT on Fashion-MNIST (Debian's dataset-fashion-mnist), with
+// augmentation, so the sampler's crops and flips must replay exactly too.
+TEST(ClassifyRun, ResumeIsBitIdentical) {
+  Config c;
+  c.model = test::small_model(0, 16, 2, 4, 4);
+  c.model.task = "classify";
+  c.model.patch_size = 7;
+  c.model.ffn = "gelu";
+  c.model.ffn_hidden = 24;
+  c.data.val_images = 200;
+  c.train.batch_size = 8;
+  c.train.grad_accum = 2;
+  c.train.steps = 6;
+  c.train.warmup_steps = 2;
+  c.train.log_every = 1;
+  c.train.threads = 1;
+  c.train.ckpt_every = 0;
+  c.eval.every = 3;
+  c.eval.batch_size = 100;
+  c.run.out_dir = (fs::temp_directory_path() / "mf_train_runs_classify").string();
+  fs::remove_all(c.run.out_dir);
+  validate(c);
+  expect_exact_resume(c);
+  auto s = nlohmann::json::parse(read_file(c.run.out_dir + "/straight/summary.json"));
+  EXPECT_EQ(s["task"], "classify");
+  EXPECT_GT(s["val_accuracy"].get<double>(), 0.0);
+  EXPECT_EQ(s["images_seen"], 6 * 16);
 }
 
 TEST_F(TrainRun, RefusesToClobberAndWritesRunFiles) {

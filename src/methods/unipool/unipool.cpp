@@ -78,17 +78,14 @@ void validate_unipool(const Config& c) {
     throw ConfigError(fmt::format("model.moe.unipool.pool_size ({}) must be divisible by model.moe.unipool.groups ({})",
                                   u.pool_size, u.groups));
   const auto& e = m.moe;
-  const std::vector<std::pair<bool, const char*>> refused = {
-      {e.n_shared > 0, "model.moe.n_shared"},
-      {e.capacity_factor > 0, "model.moe.capacity_factor"},
-      {e.bias_update > 0, "model.moe.bias_update"},
-      {e.activation != Activation::SwiGLU, "model.moe.activation"},
-      {e.expert_bias, "model.moe.expert_bias"}};
+  const std::vector<std::pair<bool, const char*>> refused = {{e.n_shared > 0, "model.moe.n_shared"},
+                                                             {e.capacity_factor > 0, "model.moe.capacity_factor"},
+                                                             {e.bias_update > 0, "model.moe.bias_update"}};
   for (auto& [set, key] : refused)
     if (set)
       throw ConfigError(
-          fmt::format("model.moe.unipool.groups cannot be combined with {}: shared pools hold SwiGLU "
-                      "experts without shared experts, capacity limits, selection bias or biases",
+          fmt::format("model.moe.unipool.groups cannot be combined with {}: shared pools have no "
+                      "shared experts, capacity limits or selection bias",
                       key));
 }
 

@@ -1,0 +1,88 @@
+#include "data/images.h"
+
+#include <fmt/format.h>
+
+#include "core/util.h"
+#include "data/idx.h"
+
+namespace mf {
+
+static ImageSplit read_split(const std::string& dir, const std::string& prefix) {
+  ImageSplit s;
+  const std::string images = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  const std::string labels = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  s.images = read_idx_gz(images, 3);
+  s.labels = read_idx_gz(labels, 1).to(at::kLong);
+  if (s.images.size(0) != s.labels.size(0))
+    throw DataError(
+        fmt::format("{}: {} images but {} has {} labels", images, s.images.size(0), labels, s.labels.size(0)));
+  return s;
+}
+
+ImageDataset::ImageDataset(const std::string& dir, int64_t val) {
+  auto all = read_split(dir, "train");
+  test_ = read_split(dir, "t10k");
+  const int64_t n = all.images.size(0);
+  if (val < 0 || val >= n)
+    throw DataError(fmt::format("data.val_images = {} must leave training images (the train split has {})", val, n));
+  train_ = {all.images.narrow(0, 0, n - val), all.labels.narrow(0, 0, n - val)};
+  val_ = {all.images.narrow(0, n - val, val), all.labels.narrow(0, n - val, val)};
+  if (test_.images.sizes().slice(1) != train_.images.sizes().slice(1))
+    throw DataError(fmt::format("{}: test images are {}, train images {}", dir, c10::str(test_.images.sizes()),
+                                c10::str(train_.images.sizes())));
+  num_classes_ = std::max(train_.labels.max().item<int64_t>(), test_.labels.max().item<int64_t>()) + 1;
+  auto pixels = train_.images.to(at::kDouble) / 255.0;
+  mean = pixels.mean().item<double>();
+  std = pixels.std().item<double>();
+}
+
+const ImageSplit& ImageDataset::split(const std::string& name) const {
+  if (name == "train") return train_;
+  if (name == "val") return val_;
+  if (name == "test") return test_;
+  throw DataError("unknown image split '" + name + "' (train, val, test)");
+}
+
+at::Tensor ImageDataset::normalize(const at::Tensor& images_NHW) const {
+  return ((images_NHW.to(at::kFloat) / 255.0 - mean) / std).unsqueeze(1);
+}
+
+const std::vector<std::string>& ImageDataset::class_names() {
+  static const std::vector<std::string> n = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                             "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return n;
+}
+
+ImageSampler::ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad)
+    : data_(data), seed_(seed), augment_(augment), pad_(pad) {}
+
+ImageBatch ImageSampler::sample(int64_t step, int64_t micro, int64_t batch_size) const {
+  const auto& train = data_.split("train");
+  const int64_t n = train.images.size(0), H = train.images.size(1), W = train.images.size(2);
+  SplitMix64 rng(mix_seed(seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(micro)));
+  std::vector<at::Tensor> images;
+  std::vector<int64_t> index;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
+    index.push_back(i);
+    auto img = train.images[i];
+    if (augment_) {
+      const auto dy = static_cast<int64_t>(rng.below(2 * pad_ + 1));
+      const auto dx = static_cast<int64_t>(rng.below(2 * pad_ + 1));
+      const bool flip = rng.below(2) == 1;
+      img = at::constant_pad_nd(img, {pad_, pad_, pad_, pad_}, 0).narrow(0, dy, H).narrow(1, dx, W);
+      if (flip) img = img.flip({1});
+    }
+    images.push_back(img);
+  }
+  auto labels = train.labels.index_select(0, at::tensor(index, at::kLong));
+  return {data_.normalize(at::stack(images)), labels};
+}
+
+ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count) {
+  const auto& s = data.split(split);
+  count = std::min(count, s.images.size(0) - begin);
+  return {data.normalize(s.images.narrow(0, begin, count)), s.labels.narrow(0, begin, count)};
+}
+
+}  // namespace mf

@@ -1,0 +1,57 @@
+// Image classification data: Fashion-MNIST from Debian's dataset-fashion-mnist package
+// (/usr/share/datasets/fashion-mnist: train-* 60,000 and t10k-* 10,000 28x28 grey images, 10
+// classes). The last `val` training images form the validation split (fixed, no shuffling),
+// the rest train; t10k is the test split. Pixels are scaled to [0, 1] and normalised with the
+// mean and std of the training split.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace mf {
+
+struct ImageSplit {
+  at::Tensor images;  // uint8 [N, H, W]
+  at::Tensor labels;  // int64 [N]
+};
+
+struct ImageBatch {
+  at::Tensor images;  // float [B, 1, H, W], normalised
+  at::Tensor labels;  // int64 [B]
+};
+
+class ImageDataset {
+ public:
+  ImageDataset(const std::string& dir, int64_t val);
+  const ImageSplit& split(const std::string& name) const;  // train | val | test
+  int64_t num_classes() const { return num_classes_; }
+  int64_t image_size() const { return train_.images.size(1); }
+  at::Tensor normalize(const at::Tensor& images_NHW) const;  // uint8 -> float [N, 1, H, W]
+  double mean = 0, std = 1;                                  // of the training pixels in [0, 1]
+  static const std::vector<std::string>& class_names();
+
+ private:
+  ImageSplit train_, val_, test_;
+  int64_t num_classes_ = 0;
+};
+
+// Training batches: batch (step, micro) depends only on (seed, step, micro), so a resumed run
+// sees the same images. With `augment`, each image is shifted by up to `pad` pixels (zero
+// padding, then a random crop) and flipped horizontally with probability 1/2.
+class ImageSampler {
+ public:
+  ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad = 2);
+  ImageBatch sample(int64_t step, int64_t micro, int64_t batch_size) const;
+
+ private:
+  const ImageDataset& data_;
+  uint64_t seed_;
+  bool augment_;
+  int64_t pad_;
+};
+
+// Images [begin, begin + count) of a split, unaugmented (evaluation).
+ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count);
+
+}  // namespace mf

@@ -1,0 +1,52 @@
+#include "model/params.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "model/moe_ffn.h"
+
+namespace mf {
+
+ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<std::shared_ptr<FeedForward>>& ffns,
+                             int64_t embedding) {
+  ParamCounts c;
+  for (auto& p : root.parameters()) c.total += p.numel();
+  c.embedding = embedding;
+  c.non_embedding = c.total - c.embedding;
+  // active = total - every stored routed expert + the k experts each MoE layer uses
+  c.active = c.total;
+  std::vector<const ExpertBank*> seen;
+  for (auto& m : moe_layers(ffns)) {
+    const auto& bank = *m->experts;
+    const int64_t bank_params = bank.parameter_count();
+    const int64_t per_expert = bank_params / bank.num_units();
+    if (std::find(seen.begin(), seen.end(), &bank) == seen.end()) {
+      seen.push_back(&bank);
+      c.expert_stored += bank_params;
+      c.active -= bank_params;
+    }
+    c.active += m->gate->options().top_k * per_expert;
+    c.expert_vanilla += m->shape().vanilla_experts * per_expert;
+    for (auto& p : m->gate->parameters()) c.router += p.numel();
+  }
+  return c;
+}
+
+void init_by_role(torch::nn::Module& root, uint64_t seed, double init_std, double out_std) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto roles = collect_param_roles(root);
+  for (auto& p : root.named_parameters()) {
+    auto& t = p.value();
+    switch (roles.at(p.key())) {
+      case ParamRole::Gain: t.fill_(1.0); break;
+      case ParamRole::Bias: t.zero_(); break;
+      case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
+      default: t.normal_(0.0, init_std, gen);
+    }
+  }
+}
+
+}  // namespace mf

@@ -1,0 +1,30 @@
+// Parameter accounting and role-driven initialisation, shared by every model (LM and ViT).
+#pragma once
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <vector>
+
+#include "model/layers.h"
+
+namespace mf {
+
+struct ParamCounts {
+  int64_t total = 0, embedding = 0, non_embedding = 0;
+  int64_t active = 0;          // used per token: total minus the experts a token does not visit
+  int64_t expert_stored = 0;   // routed-expert parameters, each shared pool counted once
+  int64_t expert_vanilla = 0;  // what num_experts private experts per MoE layer would store
+  int64_t router = 0;          // router parameters (weights and NormRouter scales)
+};
+
+// Counts of `root` whose FFN slots are `ffns`; `embedding` parameters are left out of
+// non_embedding (the token embedding of an LM, 0 for a ViT).
+ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<std::shared_ptr<FeedForward>>& ffns,
+                             int64_t embedding);
+
+// By parameter role (core/param_roles.h): normal(0, init_std) for weights and embeddings,
+// normal(0, out_std) for output projections, ones for gains, zeros for biases; in the order of
+// named_parameters(), from one generator seeded with `seed`.
+void init_by_role(torch::nn::Module& root, uint64_t seed, double init_std, double out_std);
+
+}  // namespace mf

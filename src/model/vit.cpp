@@ -1,0 +1,98 @@
+#include "model/vit.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/moe_ffn.h"
+
+namespace mf {
+
+LayerNormImpl::LayerNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+  bias = register_parameter("bias", torch::zeros({dim}));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x, {x.size(-1)}, weight.to(x.dtype()), bias.to(x.dtype()), eps);
+}
+
+ViTAttentionImpl::ViTAttentionImpl(int64_t d, int64_t heads_) : heads(heads_) {
+  qkv = register_module("qkv", std::make_shared<BiasedLinearImpl>(d, 3 * d));
+  proj = register_module("proj", std::make_shared<BiasedLinearImpl>(d, d, /*output=*/true));
+}
+
+torch::Tensor ViTAttentionImpl::forward(const torch::Tensor& x_BTD) {
+  const int64_t B = x_BTD.size(0), T = x_BTD.size(1), D = x_BTD.size(2), Dh = D / heads;
+  auto qkv_3BHTd = qkv->forward(x_BTD).view({B, T, 3, heads, Dh}).permute({2, 0, 3, 1, 4});
+  auto q = qkv_3BHTd[0], k = qkv_3BHTd[1], v = qkv_3BHTd[2];
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+  auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, Dh]
+  return proj->forward(out.transpose(1, 2).reshape({B, T, D}));
+}
+
+ViTBlockImpl::ViTBlockImpl(const ModelConfig& c, int64_t layer, const MoEPlan& plan) {
+  norm1 = register_module("norm1", LayerNorm(c.d_model, c.norm_eps));
+  attn = register_module("attn", ViTAttention(c.d_model, c.n_heads));
+  norm2 = register_module("norm2", LayerNorm(c.d_model, c.norm_eps));
+  mlp = register_module("mlp", make_feed_forward(c, layer, plan));
+}
+
+torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, AuxLosses& aux) {
+  auto h = x + attn->forward(norm1->forward(x));
+  return h + mlp->forward(norm2->forward(h), aux);
+}
+
+torch::Tensor patchify(const torch::Tensor& images, int64_t p) {
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  return images.view({B, C, H / p, p, W / p, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, (H / p) * (W / p), C * p * p});
+}
+
+VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& c) : cfg_(c) {
+  const int64_t patches = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
+  patch_embed = register_module(
+      "patch_embed", std::make_shared<BiasedLinearImpl>(c.channels * c.patch_size * c.patch_size, c.d_model));
+  cls_token = register_parameter("cls_token", torch::zeros({1, 1, c.d_model}));
+  pos_embed = register_parameter("pos_embed", torch::zeros({1, 1 + patches, c.d_model}));
+  layers = register_module("layers", torch::nn::ModuleList());
+  moe_plan = std::make_shared<MoEPlan>(plan_moe(c));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    blocks.emplace_back(c, i, *moe_plan);
+    layers->push_back(blocks.back());
+  }
+  norm = register_module("norm", LayerNorm(c.d_model, c.norm_eps));
+  head = register_module("head", std::make_shared<BiasedLinearImpl>(c.d_model, c.num_classes));
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images, AuxLosses& aux) {
+  auto x = patch_embed->forward(patchify(images, cfg_.patch_size));
+  x = torch::cat({cls_token.to(x.dtype()).expand({x.size(0), 1, x.size(2)}), x}, 1) + pos_embed.to(x.dtype());
+  for (auto& b : blocks) x = b->forward(x, aux);
+  return head->forward(norm->forward(x.select(1, 0)));
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+  AuxLosses aux;
+  return forward(images, aux);
+}
+
+void VisionTransformerImpl::init_weights(uint64_t seed) {
+  const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
+  init_by_role(*this, seed, cfg_.init_std, out_std);
+}
+
+ParamCounts VisionTransformerImpl::param_counts() const { return count_parameters(*this, feed_forwards(), 0); }
+
+std::vector<std::shared_ptr<FeedForward>> VisionTransformerImpl::feed_forwards() const {
+  std::vector<std::shared_ptr<FeedForward>> out;
+  for (auto& b : blocks) out.push_back(b->mlp);
+  return out;
+}
+
+torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  auto l = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
+  return torch::nn::functional::cross_entropy(l, labels);
+}
+
+}  // namespace mf

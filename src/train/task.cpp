@@ -1,0 +1,95 @@
+#include "train/task.h"
+
+#include "data/images.h"
+#include "data/shards.h"
+#include "model/vit.h"
+
+namespace mf {
+namespace {
+
+class LanguageModelTask : public Task {
+ public:
+  explicit LanguageModelTask(const Config& c)
+      : cfg_(c),
+        corpus_(c.data.dir),
+        sampler_(corpus_,
+                 {c.data.weight_dictionary, c.data.weight_scripture, c.data.weight_technical, c.data.weight_quotations},
+                 c.train.seq_len, static_cast<uint64_t>(c.train.seed)) {
+    ModelConfig mc = c.model;
+    mc.vocab_size = corpus_.vocab_size();
+    model_ = TransformerLM(mc);
+  }
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const override { return model_->feed_forwards(); }
+  ParamCounts param_counts() const override { return model_->param_counts(); }
+  void init_weights(uint64_t seed) override { model_->init_weights(seed); }
+  at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
+    auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
+    return lm_loss(model_->forward(batch.inputs, aux), batch.targets);
+  }
+  Evaluation evaluate(const std::string& split) override {
+    return {evaluate_domains(model_, corpus_, split, cfg_.train.seq_len, cfg_.eval.windows, cfg_.eval.batch_size)};
+  }
+  int64_t items_per_micro_batch() const override { return cfg_.train.batch_size * cfg_.train.seq_len; }
+  std::string item_name() const override { return "tokens"; }
+  Metadata checkpoint_metadata() const override {
+    return {{"moeforge.architecture", "llama"}, {"moeforge.vocab_size", std::to_string(corpus_.vocab_size())}};
+  }
+  std::string tokenizer_path() const override { return corpus_.tokenizer_path(); }
+  nlohmann::json summary_extra() const override {
+    nlohmann::json j;
+    j["unigram_entropy_nats"] = corpus_.manifest().value("unigram_entropy_nats", 0.0);
+    return j;
+  }
+  TransformerLM* language_model() override { return &model_; }
+
+ private:
+  const Config& cfg_;
+  PreparedCorpus corpus_;
+  BatchSampler sampler_;
+  TransformerLM model_{nullptr};
+};
+
+class ClassifyTask : public Task {
+ public:
+  explicit ClassifyTask(const Config& c)
+      : cfg_(c),
+        data_(c.data.images_dir, c.data.val_images),
+        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment),
+        model_(c.model) {}
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const override { return model_->feed_forwards(); }
+  ParamCounts param_counts() const override { return model_->param_counts(); }
+  void init_weights(uint64_t seed) override { model_->init_weights(seed); }
+  at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
+    auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
+    return classify_loss(model_->forward(batch.images, aux), batch.labels);
+  }
+  Evaluation evaluate(const std::string& split) override {
+    auto r = evaluate_classifier(*model_, data_, split, 0, cfg_.eval.batch_size);  // the whole split
+    Evaluation e;
+    e.losses.push_back({"images", r.loss, r.count});
+    e.metrics["accuracy"] = r.accuracy;
+    return e;
+  }
+  int64_t items_per_micro_batch() const override { return cfg_.train.batch_size; }
+  std::string item_name() const override { return "images"; }
+  Metadata checkpoint_metadata() const override {
+    return {{"moeforge.architecture", "vit"}, {"moeforge.vocab_size", "0"}};
+  }
+
+ private:
+  const Config& cfg_;
+  ImageDataset data_;
+  ImageSampler sampler_;
+  VisionTransformer model_{nullptr};
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_task(const Config& cfg) {
+  if (cfg.model.task == "classify") return std::make_unique<ClassifyTask>(cfg);
+  return std::make_unique<LanguageModelTask>(cfg);
+}
+
+}  // namespace mf
