@@ -153,4 +153,17 @@ expect_ok "rank/q" -- "$MF" jacobian runs/latent --samples 8
   --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro_latent.txt 2>&1 || { cat repro_latent.txt; fail "repro latent --quick"; }
 grep -q "two_segment" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
+# Vision: a tiny ViT on Fashion-MNIST (dense, then top-2 MoE in alternate blocks); eval writes
+# accuracy, per-class accuracy and a confusion SVG; info knows the task
+VIT=(--set model.d_model=16 --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2
+     --set model.ffn_hidden=24 --set train.steps=6 --set train.batch_size=16 --set train.warmup_steps=2
+     --set train.threads=1 --set eval.every=0 --set data.val_images=500)
+expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" --set run.name=vit
+expect_ok "Ankle boot" -- "$MF" eval runs/vit --split test
+grep -q "<rect" runs/vit/checkpoints/step_00000006/confusion_test.svg || fail "confusion matrix picture"
+expect_ok '"task": "classify"' -- "$MF" info runs/vit --json
+"$MF" train "$SRC/configs/vit-fmnist-moe.toml" "${VIT[@]}" --set model.moe.expert_hidden=12 --set run.name=vit_moe \
+  > /dev/null 2>&1 || fail "vit moe train"
+expect_ok '"expert_parameters_stored"' -- "$MF" info runs/vit_moe --json
+expect_fail 1 "image classifier" -- "$MF" generate runs/vit --prompt "x"
 echo "cli smoke: all checks passed"
