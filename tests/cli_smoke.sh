@@ -165,5 +165,9 @@ expect_ok '"task": "classify"' -- "$MF" info runs/vit --json
 "$MF" train "$SRC/configs/vit-fmnist-moe.toml" "${VIT[@]}" --set model.moe.expert_hidden=12 --set run.name=vit_moe \
   > /dev/null 2>&1 || fail "vit moe train"
 expect_ok '"expert_parameters_stored"' -- "$MF" info runs/vit_moe --json
+expect_ok "globally dead" -- "$MF" usage runs/vit_moe --windows 4 --out vit_usage
+grep -q "<rect" vit_usage_heatmap.svg || fail "vit usage heatmap"
+expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
+expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"
 expect_fail 1 "image classifier" -- "$MF" generate runs/vit --prompt "x"
 echo "cli smoke: all checks passed"

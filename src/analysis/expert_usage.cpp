@@ -58,16 +58,15 @@ nlohmann::json ExpertUsage::to_json() const {
   return j;
 }
 
-ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
-                                 int64_t seq_len, int64_t windows) {
+ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& split) {
   ExpertUsage u;
-  auto moe = moe_layers(model->feed_forwards());
+  auto moe = moe_layers(model.ffns);
   for (auto& m : moe) {
     u.layers.push_back(m->layer);
     u.group.push_back(m->bank_group);
     u.counts.emplace_back(m->experts->num_units(), 0);
   }
-  u.loss = evaluate_domains(model, corpus, split, seq_len, windows, 16, [&] {
+  u.loss = model.evaluate(split, [&] {
     for (size_t r = 0; r < moe.size(); ++r) {
       const auto load = moe[r]->last_stats().load;
       for (size_t e = 0; e < load.size(); ++e) u.counts[r][e] += load[e];

@@ -4,9 +4,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "data/shards.h"
-#include "model/transformer.h"
-#include "train/evaluate.h"
+#include "train/evaluable.h"
 
 namespace mf {
 
@@ -24,8 +22,8 @@ struct ExpertUsage {
   nlohmann::json to_json() const;
 };
 
-ExpertUsage measure_expert_usage(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
-                                 int64_t seq_len, int64_t windows);
+// Routed pairs per (MoE layer, expert) while `model` is evaluated on `split`.
+ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& split);
 
 // Writes PREFIX_heatmap.svg (row-normalized usage) and PREFIX_hist.svg (usage per stored
 // expert, dead ones in red) and PREFIX.json; returns the paths written.

@@ -12,16 +12,6 @@
 #include "methods/unipool/probe.h"
 
 namespace mf::cli {
-namespace {
-
-PreparedCorpus open_corpus(const LoadedModel& l, const std::string& data_dir) {
-  PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-  if (corpus.vocab_size() != l.cfg.model.vocab_size)
-    throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
-  return corpus;
-}
-
-}  // namespace
 
 void register_analysis_commands(CLI::App& app) {
   static std::string ckpt, data_dir, split = "val", out;
@@ -32,19 +22,19 @@ void register_analysis_commands(CLI::App& app) {
                                    "usage per stored expert, globally dead experts (SVG + JSON)");
   usage->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   usage->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  usage->add_option("--windows", windows, "windows of train.seq_len tokens per domain")->check(CLI::PositiveNumber);
-  usage->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
+  usage->add_option("--windows", windows, "windows of train.seq_len tokens per domain (classifier: x 16 images)")
+      ->check(CLI::PositiveNumber);
+  usage->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   usage->add_option("--out", out,
                     "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
                     "usage.json)");
   usage->callback([] {
-    auto l = load_model(ckpt);
-    auto corpus = open_corpus(l, data_dir);
-    auto u = measure_expert_usage(l.model, corpus, split, l.cfg.train.seq_len, windows);
+    auto model = open_evaluable(ckpt, windows, data_dir);
+    auto u = measure_expert_usage(model, split);
     if (u.counts.empty()) throw std::runtime_error("the model has no MoE layers");
     const std::string prefix =
         out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "usage").string() : out;
-    auto paths = write_usage_pictures(u, prefix, l.cfg.run.name);
+    auto paths = write_usage_pictures(u, prefix, model.cfg.run.name);
     std::cout << fmt::format("{:<8} {:>6} {:>12} {:>14} {:>10}\n", "block", "group", "experts used", "top share",
                              "pairs");
     for (size_t r = 0; r < u.counts.size(); ++r) {
@@ -74,20 +64,18 @@ void register_analysis_commands(CLI::App& app) {
                    "own (private experts), pool (the whole shared pool), matched (the layer's "
                    "num_experts most-used experts); default own, or pool and matched for shared pools")
       ->check(CLI::IsMember({"own", "pool", "matched"}));
-  probe->add_option("--windows", po.windows, "windows per domain")->check(CLI::PositiveNumber);
+  probe->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::PositiveNumber);
   probe->add_option("--seed", po.seed, "seed of the random expert draws");
-  probe->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
+  probe->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   probe->add_option("--json", out_json, "also write the report as JSON here");
   probe->callback([] {
-    auto l = load_model(ckpt);
-    auto corpus = open_corpus(l, data_dir);
+    auto model = open_evaluable(ckpt, windows, data_dir);
     po.modes = modes;
-    po.seq_len = l.cfg.train.seq_len;
     po.layers.clear();
     std::stringstream ss(layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) po.layers.push_back(std::stoll(item));
-    auto rep = routing_probe(l.model, corpus, po);
+    auto rep = routing_probe(model, po);
     std::cout << rep.markdown();
     if (!out_json.empty()) write_file_atomic(out_json, rep.to_json().dump(2) + "\n");
   });

@@ -10,6 +10,7 @@
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "core/util.h"
+#include "data/idx.h"
 #include "data/images.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -30,6 +31,28 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   while (std::getline(ss, item, ','))
     if (!item.empty()) ids.push_back(std::stoll(item));
   return ids;
+}
+
+// The logits and predicted classes of a classifier on the images of a gzip IDX file.
+void dump_classifier_logits(const std::string& ckpt, const std::string& images_path, const std::string& out) {
+  auto l = load_classifier(ckpt);
+  ImageDataset data(l.cfg.data.images_dir, l.cfg.data.val_images);  // normalisation statistics
+  auto images = read_idx_gz(images_path, 3);
+  if (images.size(1) != l.cfg.model.image_size || images.size(2) != l.cfg.model.image_size)
+    throw std::runtime_error(fmt::format("{}: images are {}x{}, the model takes {}x{}", images_path, images.size(1),
+                                         images.size(2), l.cfg.model.image_size, l.cfg.model.image_size));
+  torch::NoGradGuard g;
+  l.model->eval();
+  auto logits = l.model->forward(data.normalize(images));
+  auto predicted = logits.argmax(-1);
+  save_safetensors(out, {{"logits", logits}, {"predicted", predicted}});
+  const auto& names = ImageDataset::class_names();
+  for (int64_t i = 0; i < std::min<int64_t>(predicted.size(0), 10); ++i) {
+    const auto k = predicted[i].item<int64_t>();
+    std::cout << fmt::format("image {}: {}\n", i,
+                             k < static_cast<int64_t>(names.size()) ? names[k] : std::to_string(k));
+  }
+  std::cout << fmt::format("wrote logits [{}, {}] and predicted classes to {}\n", logits.size(0), logits.size(1), out);
 }
 
 // Loss, accuracy, per-class accuracy and a confusion-matrix SVG of an image classifier.
@@ -80,7 +103,11 @@ void register_model_commands(CLI::App& app) {
   ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::PositiveNumber);
   ev->add_option("--seq-len", seq_len, "window length (default: train.seq_len)");
   ev->add_option("--dump-logits", dump_path,
-                 "write the logits of --tokens/--text as safetensors (tensor 'logits' [T, V])");
+                 "write the logits of --tokens/--text (LM, tensor 'logits' [T, V]) or of --images (classifier: "
+                 "'logits' [N, classes], 'predicted' [N]) as safetensors");
+  static std::string images_path;
+  ev->add_option("--images", images_path, "classifier: gzip IDX file of images for --dump-logits")
+      ->check(CLI::ExistingFile);
   ev->add_option("--tokens", dump_tokens, "comma-separated token ids for --dump-logits");
   ev->add_option("--text", dump_text, "text to tokenize for --dump-logits");
   ev->add_option("--threads", threads, "intra-op threads (0 = default)");
@@ -88,8 +115,11 @@ void register_model_commands(CLI::App& app) {
                  "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
   ev->callback([] {
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
-    if (checkpoint_config(ckpt).model.task == "classify")
-      return evaluate_classifier_checkpoint(ckpt, split, confusion_out);
+    if (checkpoint_config(ckpt).model.task == "classify") {
+      if (dump_path.empty()) return evaluate_classifier_checkpoint(ckpt, split, confusion_out);
+      if (images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
+      return dump_classifier_logits(ckpt, images_path, dump_path);
+    }
     auto l = load_model(ckpt);
     if (!dump_path.empty()) {
       std::vector<int64_t> ids = parse_ids(dump_tokens);

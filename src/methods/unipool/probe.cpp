@@ -12,17 +12,17 @@
 
 namespace mf {
 
-ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, const ProbeOptions& opt) {
-  auto moe = moe_layers(model->feed_forwards());
+ProbeReport routing_probe(const Evaluable& model, const ProbeOptions& opt) {
+  auto moe = moe_layers(model.ffns);
   if (moe.empty()) throw std::invalid_argument("routing probe: the model has no MoE layers");
   std::vector<int64_t> layers = opt.layers;
   if (layers.empty())
     for (size_t i = moe.size() / 2; i < moe.size(); ++i) layers.push_back(moe[i]->layer);
-  const auto usage = measure_expert_usage(model, corpus, opt.usage_split, opt.seq_len, opt.windows);
-  auto eval = [&] { return mean_loss(evaluate_domains(model, corpus, opt.eval_split, opt.seq_len, opt.windows, 16)); };
+  const auto usage = measure_expert_usage(model, opt.usage_split);
+  auto eval = [&] { return mean_loss(model.evaluate(opt.eval_split, {})); };
   ProbeReport rep;
   rep.base_loss = eval();
-  const int64_t E = model->config().moe.num_experts;
+  const int64_t E = model.cfg.model.moe.num_experts;
   for (auto layer : layers) {
     auto it = std::find_if(moe.begin(), moe.end(), [&](auto& m) { return m->layer == layer; });
     if (it == moe.end()) throw std::invalid_argument(fmt::format("routing probe: block {} is not an MoE layer", layer));

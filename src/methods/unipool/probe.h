@@ -8,8 +8,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "data/shards.h"
-#include "model/transformer.h"
+#include "train/evaluable.h"
 
 namespace mf {
 
@@ -18,7 +17,6 @@ struct ProbeOptions {
   std::vector<std::string> modes;   // empty = own (private experts) or pool + matched (shared pools)
   std::string usage_split = "val";  // where "most used" is measured
   std::string eval_split = "test";  // where the loss is measured
-  int64_t seq_len = 128, windows = 32;
   uint64_t seed = 1;
 };
 
@@ -35,6 +33,7 @@ struct ProbeReport {
   std::string markdown() const;
 };
 
-ProbeReport routing_probe(TransformerLM& model, const PreparedCorpus& corpus, const ProbeOptions& opt);
+// Works for every task: `model` is an LM with its corpus windows or a classifier with its images.
+ProbeReport routing_probe(const Evaluable& model, const ProbeOptions& opt);
 
 }  // namespace mf

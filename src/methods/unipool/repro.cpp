@@ -78,8 +78,7 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
       if (s == 0) {
         first_run[v.name] = dir;
         auto l = load_model(dir);
-        PreparedCorpus corpus(l.cfg.data.dir);
-        auto u = measure_expert_usage(l.model, corpus, "val", l.cfg.train.seq_len, l.cfg.eval.windows);
+        auto u = measure_expert_usage(open_evaluable(dir, l.cfg.eval.windows), "val");
         write_usage_pictures(u, (fs::path(out) / v.name).string(), v.label);
         o.dead = u.globally_dead();
         o.stored_experts = u.stored_experts();
@@ -94,12 +93,9 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
   std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
   if (probe) {
     for (std::string name : {"vanilla", "unipool"}) {
-      auto l = load_model(first_run[name]);
-      PreparedCorpus corpus(l.cfg.data.dir);
+      auto model = open_evaluable(first_run[name], base.eval.windows);
       ProbeOptions po;
-      po.seq_len = l.cfg.train.seq_len;
-      po.windows = l.cfg.eval.windows;
-      auto rep = routing_probe(l.model, corpus, po);
+      auto rep = routing_probe(model, po);
       probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
       probe_json[name] = rep.to_json();
       probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
