@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/moe_ffn.h"
 
@@ -34,7 +35,9 @@ ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<st
   return c;
 }
 
-void init_by_role(torch::nn::Module& root, uint64_t seed, double init_std, double out_std) {
+void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) {
+  const double init_std = c.init_std;
+  const double out_std = c.init_std / (c.scale_out_init ? std::sqrt(2.0 * c.n_layers) : 1.0);
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto roles = collect_param_roles(root);

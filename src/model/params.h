@@ -22,9 +22,10 @@ struct ParamCounts {
 ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<std::shared_ptr<FeedForward>>& ffns,
                              int64_t embedding);
 
-// By parameter role (core/param_roles.h): normal(0, init_std) for weights and embeddings,
-// normal(0, out_std) for output projections, ones for gains, zeros for biases; in the order of
-// named_parameters(), from one generator seeded with `seed`.
-void init_by_role(torch::nn::Module& root, uint64_t seed, double init_std, double out_std);
+// By parameter role (core/param_roles.h): normal(0, model.init_std) for weights and
+// embeddings, output projections the same scaled by 1/sqrt(2 n_layers) when
+// model.scale_out_init, ones for gains, zeros for biases; in the order of named_parameters(),
+// from one generator seeded with `seed`.
+void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c);
 
 }  // namespace mf

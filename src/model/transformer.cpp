@@ -59,10 +59,7 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   return forward(tokens, aux);
 }
 
-void TransformerLMImpl::init_weights(uint64_t seed) {
-  const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
-  init_by_role(*this, seed, cfg_.init_std, out_std);
-}
+void TransformerLMImpl::init_weights(uint64_t seed) { init_by_role(*this, seed, cfg_); }
 
 ParamCounts TransformerLMImpl::param_counts() const {
   return count_parameters(*this, feed_forwards(), model->embed_tokens->weight.numel());

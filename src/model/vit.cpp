@@ -77,10 +77,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   return forward(images, aux);
 }
 
-void VisionTransformerImpl::init_weights(uint64_t seed) {
-  const double out_std = cfg_.init_std / (cfg_.scale_out_init ? std::sqrt(2.0 * cfg_.n_layers) : 1.0);
-  init_by_role(*this, seed, cfg_.init_std, out_std);
-}
+void VisionTransformerImpl::init_weights(uint64_t seed) { init_by_role(*this, seed, cfg_); }
 
 ParamCounts VisionTransformerImpl::param_counts() const { return count_parameters(*this, feed_forwards(), 0); }
 

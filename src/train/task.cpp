@@ -7,7 +7,20 @@
 namespace mf {
 namespace {
 
-class LanguageModelTask : public Task {
+// What every task does through its model (TransformerLM or VisionTransformer).
+template <class Model>
+class ModelTask : public Task {
+ public:
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const override { return model_->feed_forwards(); }
+  ParamCounts param_counts() const override { return model_->param_counts(); }
+  void init_weights(uint64_t seed) override { model_->init_weights(seed); }
+
+ protected:
+  Model model_{nullptr};
+};
+
+class LanguageModelTask : public ModelTask<TransformerLM> {
  public:
   explicit LanguageModelTask(const Config& c)
       : cfg_(c),
@@ -19,10 +32,6 @@ class LanguageModelTask : public Task {
     mc.vocab_size = corpus_.vocab_size();
     model_ = TransformerLM(mc);
   }
-  torch::nn::Module& module() override { return *model_; }
-  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const override { return model_->feed_forwards(); }
-  ParamCounts param_counts() const override { return model_->param_counts(); }
-  void init_weights(uint64_t seed) override { model_->init_weights(seed); }
   at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
     auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
     return lm_loss(model_->forward(batch.inputs, aux), batch.targets);
@@ -47,20 +56,16 @@ class LanguageModelTask : public Task {
   const Config& cfg_;
   PreparedCorpus corpus_;
   BatchSampler sampler_;
-  TransformerLM model_{nullptr};
 };
 
-class ClassifyTask : public Task {
+class ClassifyTask : public ModelTask<VisionTransformer> {
  public:
   explicit ClassifyTask(const Config& c)
       : cfg_(c),
         data_(c.data.images_dir, c.data.val_images),
-        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment),
-        model_(c.model) {}
-  torch::nn::Module& module() override { return *model_; }
-  std::vector<std::shared_ptr<FeedForward>> feed_forwards() const override { return model_->feed_forwards(); }
-  ParamCounts param_counts() const override { return model_->param_counts(); }
-  void init_weights(uint64_t seed) override { model_->init_weights(seed); }
+        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment) {
+    model_ = VisionTransformer(c.model);
+  }
   at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
     auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
     return classify_loss(model_->forward(batch.images, aux), batch.labels);
@@ -82,7 +87,6 @@ class ClassifyTask : public Task {
   const Config& cfg_;
   ImageDataset data_;
   ImageSampler sampler_;
-  VisionTransformer model_{nullptr};
 };
 
 }  // namespace
