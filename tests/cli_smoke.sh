@@ -169,5 +169,5 @@ expect_ok "globally dead" -- "$MF" usage runs/vit_moe --windows 4 --out vit_usag
 grep -q "<rect" vit_usage_heatmap.svg || fail "vit usage heatmap"
 expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
 expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"
-expect_fail 1 "image classifier" -- "$MF" generate runs/vit --prompt "x"
+expect_fail 1 'this command needs "lm"' -- "$MF" generate runs/vit --prompt "x"
 echo "cli smoke: all checks passed"

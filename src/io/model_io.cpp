@@ -42,14 +42,20 @@ Config checkpoint_config(const std::string& ckpt_path) {
   return cfg;
 }
 
+// The checkpoint's config, which must be of `task` (the commands that take one task say so).
+static Config checkpoint_config_of(const std::string& path, const std::string& task) {
+  auto cfg = checkpoint_config(path);
+  if (cfg.model.task != task)
+    throw std::runtime_error(
+        fmt::format("'{}' holds a model.task = \"{}\" model; this command needs \"{}\" "
+                    "(eval, info, usage and probe take both)",
+                    path, cfg.model.task, task));
+  return cfg;
+}
+
 LoadedModel load_model(const std::string& path) {
   LoadedModel l;
-  l.cfg = checkpoint_config(path);
-  if (l.cfg.model.task != "lm")
-    throw std::runtime_error(
-        fmt::format("'{}' holds an image classifier (model.task = \"{}\"); this command needs a "
-                    "language model (eval and info take both)",
-                    path, l.cfg.model.task));
+  l.cfg = checkpoint_config_of(path, "lm");
   auto ck = read_checkpoint(path);
   l.model = TransformerLM(l.cfg.model);
   load_model_tensors(*l.model, ck.model);
@@ -59,10 +65,7 @@ LoadedModel load_model(const std::string& path) {
 
 LoadedClassifier load_classifier(const std::string& path) {
   LoadedClassifier l;
-  l.cfg = checkpoint_config(path);
-  if (l.cfg.model.task != "classify")
-    throw std::runtime_error(
-        fmt::format("'{}' is not an image classifier (model.task = \"{}\")", path, l.cfg.model.task));
+  l.cfg = checkpoint_config_of(path, "classify");
   l.model = VisionTransformer(l.cfg.model);
   load_model_tensors(*l.model, read_checkpoint(path).model);
   return l;

@@ -113,7 +113,8 @@ torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
     last_ = tally_routing(routed);
     last_.dropped = result.dropped;
     // only training batches drive the balancing bias (evaluation must not change training)
-    if (is_training()) pending_load_E_ = pending_load_E_.defined() ? pending_load_E_ + last_.load_E : last_.load_E;
+    if (is_training() && gate->options().bias_update > 0)
+      pending_load_E_ = pending_load_E_.defined() ? pending_load_E_ + last_.load_E : last_.load_E;
   }
   return y_TD.view(x.sizes());
 }

@@ -32,12 +32,7 @@ RoutingTally tally_routing(const RouterOutput& out) {
   t.pairs = a.unit_P.numel();
   t.tokens = a.num_tokens;
   t.dropped = at::zeros({}, a.unit_P.options());
-  t.entropy = at::zeros({}, a.unit_P.options().dtype(at::kDouble));
-  if (out.scores_TE.defined() && a.num_tokens > 0) {
-    auto p_TE = out.scores_TE.detach().to(at::kDouble);
-    p_TE = p_TE / p_TE.sum(-1, true).clamp_min(1e-30);  // NormRouter scores are not a distribution
-    t.entropy = (-(p_TE * p_TE.clamp_min(1e-30).log()).sum(-1)).mean();
-  }
+  if (out.scores_TE.defined()) t.scores_TE = out.scores_TE.detach();
   for (auto& [name, v] : out.losses) t.losses.emplace_back(name, v.detach());
   return t;
 }
@@ -45,8 +40,13 @@ RoutingTally tally_routing(const RouterOutput& out) {
 RoutingStats read_routing(const RoutingTally& t) {
   RoutingStats s;
   if (!t.load_E.defined()) return s;
-  std::vector<at::Tensor> parts = {t.load_E.to(at::kDouble), t.entropy.to(at::kDouble).view({1}),
-                                   t.dropped.to(at::kDouble).view({1})};
+  auto entropy = at::zeros({1}, t.load_E.options().dtype(at::kDouble));
+  if (t.scores_TE.defined() && t.tokens > 0) {
+    auto p_TE = t.scores_TE.to(at::kDouble);
+    p_TE = p_TE / p_TE.sum(-1, true).clamp_min(1e-30);  // NormRouter scores are not a distribution
+    entropy = (-(p_TE * p_TE.clamp_min(1e-30).log()).sum(-1)).mean().view({1});
+  }
+  std::vector<at::Tensor> parts = {t.load_E.to(at::kDouble), entropy, t.dropped.to(at::kDouble).view({1})};
   for (auto& [name, v] : t.losses) parts.push_back(v.to(at::kDouble).view({1}));
   auto flat = at::cat(parts).cpu().contiguous();  // the one device -> host copy
   const double* p = flat.data_ptr<double>();

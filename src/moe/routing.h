@@ -29,11 +29,11 @@ struct RouterOutput {
 };
 
 // The statistics of one forward pass, as device tensors (no sync): tally() after every
-// forward, read() only when someone looks (a logging step, an analysis).
+// forward (no host work), read() only when someone looks (a logging step, an analysis).
 struct RoutingTally {
-  at::Tensor load_E;   // int64 pairs per unit
-  at::Tensor entropy;  // mean per-token entropy of the normalised scores (nats), float64 scalar
-  at::Tensor dropped;  // int64 scalar: pairs dropped by a capacity limit
+  at::Tensor load_E;     // int64 pairs per unit
+  at::Tensor scores_TE;  // detached; the routing entropy is computed from it only when read
+  at::Tensor dropped;    // int64 scalar: pairs dropped by a capacity limit
   int64_t pairs = 0, tokens = 0;
   std::vector<std::pair<std::string, at::Tensor>> losses;  // detached
 };

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <set>
 
 #include "core/util.h"
 #include "data/corpus.h"
@@ -227,4 +228,39 @@ TEST(Images, FashionMnistSplitsNormalisationAndDeterministicBatches) {
   }
   EXPECT_THROW(ImageDataset("/nonexistent", 10), DataError);
   EXPECT_THROW(ImageDataset("/usr/share/datasets/fashion-mnist", 60000), DataError);
+}
+
+TEST(Images, AugmentationShiftsByAtMostThePaddingAndFlips) {
+  // four training images, each black but one pixel whose place is known from the label
+  const auto dir = fs::temp_directory_path() / "mf_idx_synthetic";
+  fs::create_directories(dir);
+  const int64_t rows[] = {6, 10, 14, 18}, cols[] = {5, 9, 16, 21};
+  auto images = torch::zeros({4, 28, 28}, torch::kByte);
+  for (int64_t i = 0; i < 4; ++i) images[i][rows[i]][cols[i]] = 255;
+  write_idx_gz((dir / "train-images-idx3-ubyte.gz").string(), images);
+  write_idx_gz((dir / "train-labels-idx1-ubyte.gz").string(), torch::arange(4, torch::kLong));
+  write_idx_gz((dir / "t10k-images-idx3-ubyte.gz").string(), images.narrow(0, 0, 2));
+  write_idx_gz((dir / "t10k-labels-idx1-ubyte.gz").string(), torch::arange(2, torch::kLong));
+  ImageDataset data(dir.string(), 0);
+  ImageSampler sampler(data, 3, /*augment=*/true, /*pad=*/2);
+  std::set<int64_t> shifts;
+  int flipped = 0, kept = 0;
+  for (int64_t step = 0; step < 20; ++step) {
+    auto b = sampler.sample(step, 0, 8);
+    for (int64_t i = 0; i < 8; ++i) {
+      const auto label = b.labels[i].item<int64_t>();
+      auto at = b.images[i][0].argmax().item<int64_t>();
+      const int64_t r = at / 28, c = at % 28;
+      EXPECT_LE(std::abs(r - rows[label]), 2);
+      const bool plain = std::abs(c - cols[label]) <= 2, mirrored = std::abs(c - (27 - cols[label])) <= 2;
+      EXPECT_TRUE(plain || mirrored) << "column " << c << " for a pixel at " << cols[label];
+      flipped += mirrored;
+      kept += plain;
+      shifts.insert((r - rows[label]) * 10 + (plain ? c - cols[label] : c - (27 - cols[label])));
+    }
+  }
+  EXPECT_GT(flipped, 30);  // about half of 160
+  EXPECT_GT(kept, 30);
+  EXPECT_GT(shifts.size(), 15u);  // of the 25 offsets in [-2, 2]^2
+  fs::remove_all(dir);
 }

@@ -286,6 +286,33 @@ TEST(ViT, AttentionSeesLaterTokens) {
   EXPECT_GT((y2[0][0] - y[0][0]).abs().max().item<double>(), 1e-4);  // no causal mask: token 0 changes
 }
 
+TEST(ViT, AttentionAndLayerNormMatchTheirFormulas) {
+  torch::manual_seed(3);
+  const int64_t D = 12, H = 3, Dh = 4, T = 5;
+  ViTAttention attn(D, H);
+  attn->to(torch::kFloat64);
+  auto x = torch::randn({2, T, D}, torch::kFloat64);
+  // per head h: softmax(q_h k_h^T / sqrt(Dh)) v_h, heads concatenated, then proj
+  auto qkv = torch::matmul(x, attn->qkv->weight.t()) + attn->qkv->bias;
+  std::vector<at::Tensor> heads;
+  for (int64_t h = 0; h < H; ++h) {
+    auto q = qkv.narrow(-1, h * Dh, Dh), k = qkv.narrow(-1, D + h * Dh, Dh), v = qkv.narrow(-1, 2 * D + h * Dh, Dh);
+    heads.push_back(torch::matmul(torch::softmax(torch::matmul(q, k.transpose(1, 2)) / std::sqrt(4.0), -1), v));
+  }
+  auto ref = torch::matmul(torch::cat(heads, -1), attn->proj->weight.t()) + attn->proj->bias;
+  EXPECT_TRUE(torch::allclose(attn->forward(x), ref, 1e-12, 1e-12));
+  LayerNorm norm(D, 1e-5);
+  norm->to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    norm->weight.normal_();
+    norm->bias.normal_();
+  }
+  auto mean = x.mean(-1, true), var = (x - mean).pow(2).mean(-1, true);  // biased variance
+  EXPECT_TRUE(torch::allclose(norm->forward(x), (x - mean) / torch::sqrt(var + 1e-5) * norm->weight + norm->bias, 1e-12,
+                              1e-12));
+}
+
 TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
   std::vector<std::pair<std::string, ModelConfig>> kinds;
   kinds.emplace_back("dense gelu", tiny_vit());
