@@ -16,6 +16,7 @@ enum class ParamRole {
   Gain,       // norm weights and learnable scales: ones, no decay
   Bias,       // zeros, no decay
   Embedding,  // normal(0, init_std), decay only with train.decay_embeddings
+  Orthonormal,  // a [N, D] weight with orthonormal rows when N <= D (else orthonormal columns), decay
 };
 
 using ParamRoleList = std::vector<std::pair<std::string, ParamRole>>;  // local name -> role

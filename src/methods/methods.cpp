@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "methods/latent/latent.h"
+#include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
 
@@ -16,6 +17,15 @@ void register_builtin_methods() {
   std::call_once(once, [] {
     register_latent();
     register_unipool();
+    register_unif();
+    // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
+    register_config_validator([](const Config& c) {
+      if (c.model.moe.section<UniFConfig>().blocks == 0) return;
+      if (c.model.moe.section<UniPoolConfig>().groups > 0)
+        throw ConfigError("model.moe.unif.blocks cannot be combined with model.moe.unipool.groups");
+      if (!c.model.moe.section<LatentConfig>().shapes.empty())
+        throw ConfigError("model.moe.unif.blocks cannot be combined with model.moe.latent.shapes");
+    });
     // last: the model's own check that the configured FFN kind exists and every MoE block's
     // shape, after every method, is buildable
     register_config_validator([](const Config& c) {

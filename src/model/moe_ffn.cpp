@@ -90,15 +90,35 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, const MoEPl
 
 torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   auto x_TD = x.reshape({-1, x.size(-1)});
+  const bool record = is_training() && torch::GradMode::is_enabled();
+  RouterOutput routed;
+  at::Tensor y_TD, dropped;
+  for (auto& ext : extensions_)
+    if ((y_TD = ext->forward_routed(*this, x_TD, routed, record)).defined()) break;
+  if (!y_TD.defined()) std::tie(y_TD, dropped) = forward_experts(x, x_TD, routed, record);
+  if (shared_experts) y_TD = y_TD + shared_experts->forward_unit(0, x_TD);
+  for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
+  {
+    torch::NoGradGuard g;
+    last_ = tally_routing(routed);
+    if (dropped.defined()) last_.dropped = dropped;
+    // only training batches drive the balancing bias (evaluation must not change training)
+    if (is_training() && gate->options().bias_update > 0)
+      pending_load_E_ = pending_load_E_.defined() ? pending_load_E_ + last_.load_E : last_.load_E;
+  }
+  return y_TD.view(x.sizes());
+}
+
+std::pair<at::Tensor, at::Tensor> MoEFeedForward::forward_experts(const at::Tensor& x, const at::Tensor& x_TD,
+                                                                  RouterOutput& routed, bool record) {
   gate->set_sequence_length(x.dim() == 3 ? x.size(1) : x_TD.size(0));
-  auto routed = gate->forward(x_TD);
+  routed = gate->forward(x_TD);
   auto& a = routed.assignment;
   if (random_routing) {
     const int64_t k = a.unit_P.numel() / std::max<int64_t>(1, a.num_tokens);
     const auto seed = random_routing->seed + static_cast<uint64_t>(probe_calls_++);
     a.unit_P = random_units(*random_routing, a.num_tokens, k, seed, a.unit_P);
   }
-  const bool record = is_training() && torch::GradMode::is_enabled();
   for (auto& ext : extensions_) ext->routed(*this, routed, record);
   auto units_in = x_TD;
   for (auto& ext : extensions_) units_in = ext->units_input(*this, units_in);
@@ -106,17 +126,7 @@ torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   auto result = dispatch(units_in, a, *experts, dispatch_);
   auto y_TD = result.y_TD;
   for (auto it = extensions_.rbegin(); it != extensions_.rend(); ++it) y_TD = (*it)->units_output(*this, y_TD);
-  if (shared_experts) y_TD = y_TD + shared_experts->forward_unit(0, x_TD);
-  for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
-  {
-    torch::NoGradGuard g;
-    last_ = tally_routing(routed);
-    last_.dropped = result.dropped;
-    // only training batches drive the balancing bias (evaluation must not change training)
-    if (is_training() && gate->options().bias_update > 0)
-      pending_load_E_ = pending_load_E_.defined() ? pending_load_E_ + last_.load_E : last_.load_E;
-  }
-  return y_TD.view(x.sizes());
+  return {y_TD, result.dropped};
 }
 
 void MoEFeedForward::after_optimizer_step() {
@@ -139,6 +149,10 @@ nlohmann::json MoEFeedForward::stats_json() const {
   if (!s.load.empty()) {
     j["load_min"] = *std::min_element(s.load.begin(), s.load.end());
     j["load_max"] = *std::max_element(s.load.begin(), s.load.end());
+  }
+  for (auto& c : s.counts) {
+    j[c.name + "_mean"] = c.mean;
+    j[c.name + "_hist"] = c.histogram;
   }
   if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
   for (auto& [name, v] : s.losses) j[name] = v;

@@ -44,6 +44,13 @@ class MoEExtension {
   virtual at::Tensor units_output(const MoEFeedForward& slot, const at::Tensor& y) { return y; }
   // After routing: add losses to `routed.losses` (`record`: training with gradients).
   virtual void routed(MoEFeedForward& slot, RouterOutput& routed, bool record) {}
+  // Replaces the slot's router -> dispatch path (a method whose units are not whole experts,
+  // e.g. UniF-MoE's (expert, block) pairs): returns the routed output at full width and fills
+  // `routed` (assignment, scores, losses, per-token counts) for the slot to tally. An
+  // undefined tensor leaves the slot's own path.
+  virtual at::Tensor forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed, bool record) {
+    return {};
+  }
 };
 // Returns null when the config does not enable the method.
 using MoEExtensionFactory = std::function<std::shared_ptr<MoEExtension>(const ModelConfig&)>;
@@ -84,6 +91,9 @@ class MoEFeedForward : public FeedForward {
   int64_t bank_group = -1;  // index of the shared bank this layer routes into (-1: its own experts)
 
  private:
+  // router -> dispatch -> expert bank (the path every method but a forward_routed one takes): y_TD, dropped
+  std::pair<at::Tensor, at::Tensor> forward_experts(const at::Tensor& x, const at::Tensor& x_TD, RouterOutput& routed,
+                                                    bool record);
   std::vector<std::shared_ptr<MoEExtension>> extensions_;
   DispatchOptions dispatch_;
   double loss_scale_;  // 1 / number of MoE layers: the model loss adds the mean over layers

@@ -35,6 +35,14 @@ ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<st
   return c;
 }
 
+at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen) {
+  auto a = at::empty({w.size(0), w.size(1)}, w.options().dtype(at::kDouble)).normal_(0.0, 1.0, gen);
+  const bool rows = w.size(0) <= w.size(1);
+  auto [q, r] = at::linalg_qr(rows ? a.t() : a);  // q: orthonormal columns
+  q = q * r.diagonal().sign().unsqueeze(0);        // the sign convention that makes q unique
+  return (rows ? q.t() : q).to(w.dtype()).contiguous();
+}
+
 void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) {
   const double init_std = c.init_std;
   const double out_std = c.init_std / (c.scale_out_init ? std::sqrt(2.0 * c.n_layers) : 1.0);
@@ -47,6 +55,7 @@ void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) 
       case ParamRole::Gain: t.fill_(1.0); break;
       case ParamRole::Bias: t.zero_(); break;
       case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
+      case ParamRole::Orthonormal: t.copy_(orthonormal_like(t, gen)); break;
       default: t.normal_(0.0, init_std, gen);
     }
   }

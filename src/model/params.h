@@ -22,6 +22,9 @@ struct ParamCounts {
 ParamCounts count_parameters(const torch::nn::Module& root, const std::vector<std::shared_ptr<FeedForward>>& ffns,
                              int64_t embedding);
 
+// A [N, D] matrix with orthonormal rows (N <= D) or columns (N > D), from a normal draw by QR.
+at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen);
+
 // By parameter role (core/param_roles.h): normal(0, model.init_std) for weights and
 // embeddings, output projections the same scaled by 1/sqrt(2 n_layers) when
 // model.scale_out_init, ones for gains, zeros for biases; in the order of named_parameters(),

@@ -28,21 +28,48 @@ int64_t ExpertBank::parameter_count() const {
   return n;
 }
 
+// The reference path: the block's channels taken by plain slicing (one block = the whole expert).
+at::Tensor ExpertBank::forward_block(int64_t e, int64_t b, int64_t blocks, const at::Tensor& rows) {
+  const int64_t F = expert_hidden_, M = F / blocks;
+  const bool swiglu = activation_ == Activation::SwiGLU;
+  auto block_rows = [&](const at::Tensor& t) {  // the block's rows of gate_up[e] (or its bias): gate, then up
+    if (blocks == 1) return t;
+    auto gate = t.narrow(0, b * M, M);
+    return swiglu ? torch::cat({gate, t.narrow(0, F + b * M, M)}) : gate;
+  };
+  auto h = torch::matmul(rows, block_rows(gate_up_proj[e]).t());  // [n, 2M] or [n, M]
+  if (gate_up_proj_bias.defined()) h = h + block_rows(gate_up_proj_bias[e]);
+  auto act = swiglu ? torch::silu(h.narrow(1, 0, M)) * h.narrow(1, M, M) : torch::gelu(h);
+  return torch::matmul(act, down_proj[e].narrow(1, b * M, M).t());  // [n, D]
+}
+
 at::Tensor ExpertBank::forward_unit(int64_t e, const at::Tensor& rows) {
-  auto h = torch::matmul(rows, gate_up_proj[e].t());  // [n, 2F] or [n, F]
-  if (gate_up_proj_bias.defined()) h = h + gate_up_proj_bias[e];
-  at::Tensor act;
-  if (activation_ == Activation::SwiGLU)
-    act = torch::silu(h.narrow(1, 0, expert_hidden_)) * h.narrow(1, expert_hidden_, expert_hidden_);
-  else
-    act = torch::gelu(h);
-  auto y = torch::matmul(act, down_proj[e].t());  // [n, D]
+  auto y = forward_block(e, 0, 1, rows);
   return down_proj_bias.defined() ? y + down_proj_bias[e] : y;
 }
 
 at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) {
   return grouped_ffn(rows_PD, gate_up_proj, down_proj, counts_E, activation_ == Activation::SwiGLU, gate_up_proj_bias,
                      down_proj_bias);
+}
+
+ExpertBlocks::ExpertBlocks(ExpertBank& bank, int64_t blocks) : bank_(bank), blocks_(blocks) {
+  TORCH_CHECK(blocks >= 1 && bank.expert_hidden() % blocks == 0, "expert blocks: ", blocks,
+              " blocks do not divide the expert width ", bank.expert_hidden());
+}
+
+at::Tensor ExpertBlocks::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_U) {
+  return grouped_ffn(rows_PD, bank_.gate_up_proj, bank_.down_proj, counts_U, bank_.activation() == Activation::SwiGLU,
+                     bank_.gate_up_proj_bias, {}, blocks_);
+}
+
+at::Tensor ExpertBlocks::forward_unit(int64_t u, const at::Tensor& rows) {
+  return bank_.forward_block(u / blocks_, u % blocks_, blocks_, rows);
+}
+
+at::Tensor ExpertBlocks::add_output_bias(const at::Tensor& y_TD, const at::Tensor& w_TE) const {
+  if (!bank_.down_proj_bias.defined()) return y_TD;
+  return y_TD + torch::matmul(w_TE.to(y_TD.dtype()), bank_.down_proj_bias);
 }
 
 }  // namespace mf

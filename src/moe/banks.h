@@ -31,6 +31,9 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   int64_t expert_hidden() const { return expert_hidden_; }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
+  // block b of B of expert e on rows, without the output bias (see ExpertBlocks)
+  at::Tensor forward_block(int64_t e, int64_t b, int64_t blocks, const at::Tensor& rows);
+  Activation activation() const { return activation_; }
   ParamRoleList param_roles() const override;
   int64_t parameter_count() const;
 
@@ -40,6 +43,25 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
  private:
   int64_t num_experts_, expert_hidden_;
   Activation activation_;
+};
+
+// The (expert, block) units of an ExpertBank: each expert's hidden width F is split into B
+// aligned blocks of F / B channels (gate, up and down together), unit u = (expert u / B,
+// block u % B) computes that block's partial output. The activation acts per channel, so an
+// expert's output is the sum of its B blocks plus its output bias, which is not part of any
+// block: whoever combines blocks adds each expert's bias once (add_output_bias).
+class ExpertBlocks : public UnitBank {
+ public:
+  ExpertBlocks(ExpertBank& bank, int64_t blocks);
+  int64_t num_units() const override { return bank_.num_units() * blocks_; }
+  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_U) override;
+  at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
+  // y_TD + sum_e w_TE[t, e] * down_bias[e] (unchanged without biases)
+  at::Tensor add_output_bias(const at::Tensor& y_TD, const at::Tensor& w_TE) const;
+
+ private:
+  ExpertBank& bank_;
+  int64_t blocks_;
 };
 
 }  // namespace mf

@@ -8,35 +8,64 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Per expert e with rows X [n, D] (n = counts_E[e]), W1 = gate_up[e], W2 = down[e]:
-//   H = X W1^T (+ b1)     [n, 2F]   (G = H[:, :F], U = H[:, F:])
-//   A = silu(G) * U       [n, F]    (gelu: A = gelu(H))
+// Per unit u = (expert e, block b) with rows X [n, D] (n = counts_U[u]), W1 = the block's rows
+// of gate_up[e] ([2M, D]: its gate rows, then its up rows; [M, D] for gelu), W2 = the block's
+// columns of down[e] ([D, M]); with one block per expert these are the whole matrices:
+//   H = X W1^T (+ b1)     [n, 2M]   (G = H[:, :M], U = H[:, M:])
+//   A = silu(G) * U       [n, M]    (gelu: A = gelu(H))
 //   Y = A W2^T (+ b2)     [n, D]
 // Backward from dY:
 //   dW2 = dY^T A,  dA = dY W2,  dG = silu'(G) * U * dA,  dU = silu(G) * dA
 //   dW1 = dH^T X,  dX = dH W1   with dH = [dG, dU];  db1 = sum_rows dH,  db2 = sum_rows dY
+// Different blocks of one expert own disjoint slices, so every gradient slice is written once.
+struct Units {
+  int64_t blocks, F, M;
+  bool swiglu;
+  // rows of gate_up[e] (and of its bias) that block b uses, as (first row, count), in H's column order
+  std::vector<std::pair<int64_t, int64_t>> w1_rows(int64_t b) const {
+    if (blocks == 1) return {{0, swiglu ? 2 * F : F}};
+    if (swiglu) return {{b * M, M}, {F + b * M, M}};
+    return {{b * M, M}};
+  }
+  at::Tensor w1(const at::Tensor& gate_up_e, int64_t b) const {  // [2M|M, D] (or [2M|M] for a bias)
+    auto rows = w1_rows(b);
+    if (rows.size() == 1) return gate_up_e.narrow(0, rows[0].first, rows[0].second);
+    return at::cat({gate_up_e.narrow(0, rows[0].first, M), gate_up_e.narrow(0, rows[1].first, M)});
+  }
+  // writes src (laid out as w1() returns it) into the block's rows of dst_e
+  void put_w1(at::Tensor dst_e, int64_t b, const at::Tensor& src) const {
+    int64_t off = 0;
+    for (auto [first, count] : w1_rows(b)) {
+      dst_e.narrow(0, first, count).copy_(src.narrow(0, off, count));
+      off += count;
+    }
+  }
+  at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
+};
+
 struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& gate_up,
                             const at::Tensor& down, const at::Tensor& b1, const at::Tensor& b2,
-                            const std::vector<int64_t>& counts, bool swiglu) {
-    const int64_t P = rows.size(0), D = rows.size(1), H2 = gate_up.size(1), F = down.size(2);
-    auto h = at::empty({P, H2}, rows.options());
-    auto a = at::empty({P, F}, rows.options());
+                            const std::vector<int64_t>& counts, bool swiglu, int64_t blocks) {
+    const int64_t P = rows.size(0), D = rows.size(1), F = down.size(2), M = F / blocks;
+    const Units units{blocks, F, M, swiglu};
+    auto h = at::empty({P, swiglu ? 2 * M : M}, rows.options());
+    auto a = at::empty({P, M}, rows.options());
     auto y = at::empty({P, D}, rows.options());
     int64_t off = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      const int64_t n = counts[e];
+    for (size_t u = 0; u < counts.size(); ++u) {
+      const int64_t n = counts[u], e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
       if (n == 0) continue;
-      auto x = rows.narrow(0, off, n), he = h.narrow(0, off, n), ae = a.narrow(0, off, n);
-      at::mm_out(he, x, gate_up[e].t());
-      if (b1.numel()) he.add_(b1[e]);
+      auto x = rows.narrow(0, off, n), hu = h.narrow(0, off, n), au = a.narrow(0, off, n);
+      at::mm_out(hu, x, units.w1(gate_up[e], b).t());
+      if (b1.numel()) hu.add_(units.w1(b1[e], b));
       if (swiglu)
-        at::mul_out(ae, at::silu(he.narrow(1, 0, F)), he.narrow(1, F, F));
+        at::mul_out(au, at::silu(hu.narrow(1, 0, M)), hu.narrow(1, M, M));
       else
-        at::gelu_out(ae, he);
-      auto ye = y.narrow(0, off, n);
-      at::mm_out(ye, ae, down[e].t());
-      if (b2.numel()) ye.add_(b2[e]);
+        at::gelu_out(au, hu);
+      auto yu = y.narrow(0, off, n);
+      at::mm_out(yu, au, units.w2(down[e], b).t());
+      if (b2.numel()) yu.add_(b2[e]);
       off += n;
     }
     ctx->save_for_backward({rows, gate_up, down, h, a});
@@ -44,6 +73,7 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     ctx->saved_data["b2"] = b2.numel() > 0;
     ctx->saved_data["counts"] = c10::IValue(counts);
     ctx->saved_data["swiglu"] = swiglu;
+    ctx->saved_data["blocks"] = blocks;
     return y;
   }
 
@@ -52,48 +82,62 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     const auto &rows = saved[0], &gate_up = saved[1], &down = saved[2], &h = saved[3], &a = saved[4];
     const auto counts = ctx->saved_data["counts"].toIntVector();
     const bool swiglu = ctx->saved_data["swiglu"].toBool();
+    const int64_t blocks = ctx->saved_data["blocks"].toInt(), F = down.size(2), M = F / blocks;
+    const Units units{blocks, F, M, swiglu};
     auto dy = grads[0].contiguous();
-    const int64_t F = down.size(2);
     auto dx = at::empty_like(rows), dw1 = at::zeros_like(gate_up), dw2 = at::zeros_like(down);
     const bool has_b1 = ctx->saved_data["b1"].toBool(), has_b2 = ctx->saved_data["b2"].toBool();
     auto db1 = has_b1 ? at::zeros({gate_up.size(0), gate_up.size(1)}, dy.options()) : at::Tensor();
     auto db2 = has_b2 ? at::zeros({down.size(0), down.size(1)}, dy.options()) : at::Tensor();
     int64_t off = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      const int64_t n = counts[e];
+    for (size_t u = 0; u < counts.size(); ++u) {
+      const int64_t n = counts[u], e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
       if (n == 0) continue;
-      auto x = rows.narrow(0, off, n), he = h.narrow(0, off, n), ae = a.narrow(0, off, n), dye = dy.narrow(0, off, n);
-      auto dw2e = dw2[e], dw1e = dw1[e], dxe = dx.narrow(0, off, n);
-      at::mm_out(dw2e, dye.t(), ae);
-      auto da = at::mm(dye, down[e]);
+      auto x = rows.narrow(0, off, n), hu = h.narrow(0, off, n), au = a.narrow(0, off, n), dyu = dy.narrow(0, off, n);
+      auto dxu = dx.narrow(0, off, n);
+      auto dw2e = dw2[e], dw1e = dw1[e];
+      if (blocks == 1)
+        at::mm_out(dw2e, dyu.t(), au);
+      else
+        units.w2(dw2e, b).copy_(at::mm(dyu.t(), au));
+      auto da = at::mm(dyu, units.w2(down[e], b));
       at::Tensor dh;
       if (swiglu) {
-        auto g = he.narrow(1, 0, F), u = he.narrow(1, F, F);
-        dh = at::cat({at::silu_backward(da * u, g), da * at::silu(g)}, 1);
+        auto g = hu.narrow(1, 0, M), v = hu.narrow(1, M, M);
+        dh = at::cat({at::silu_backward(da * v, g), da * at::silu(g)}, 1);
       } else {
-        dh = at::gelu_backward(da, he);
+        dh = at::gelu_backward(da, hu);
       }
-      if (has_b2) db2[e].copy_(dye.sum(0));
-      if (has_b1) db1[e].copy_(dh.sum(0));
-      at::mm_out(dw1e, dh.t(), x);
-      at::mm_out(dxe, dh, gate_up[e]);
+      if (has_b2) db2[e].copy_(dyu.sum(0));
+      if (has_b1) units.put_w1(db1[e], b, dh.sum(0));
+      if (blocks == 1)
+        at::mm_out(dw1e, dh.t(), x);
+      else
+        units.put_w1(dw1e, b, at::mm(dh.t(), x));
+      at::mm_out(dxu, dh, units.w1(gate_up[e], b));
       off += n;
     }
-    return {dx, dw1, dw2, db1, db2, at::Tensor(), at::Tensor()};
+    return {dx, dw1, dw2, db1, db2, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down_EDF,
-                       const at::Tensor& counts_E, bool swiglu, const at::Tensor& gate_up_bias,
-                       const at::Tensor& down_bias) {
-  auto host = counts_E.to(at::kCPU, at::kLong).contiguous();
+                       const at::Tensor& counts_U, bool swiglu, const at::Tensor& gate_up_bias,
+                       const at::Tensor& down_bias, int64_t blocks) {
+  const int64_t E = down_EDF.size(0), F = down_EDF.size(2);
+  TORCH_CHECK(blocks >= 1 && F % blocks == 0, "grouped_ffn: ", blocks, " blocks do not divide the hidden width ", F);
+  TORCH_CHECK(counts_U.numel() == E * blocks, "grouped_ffn: ", counts_U.numel(), " unit counts for ", E, " experts x ",
+              blocks, " blocks");
+  TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn: the output bias belongs to the whole expert; add it "
+              "once per expert when units are blocks");
+  auto host = counts_U.to(at::kCPU, at::kLong).contiguous();
   std::vector<int64_t> counts(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
   // autograd::Function takes no undefined tensors: an empty one stands for "no bias"
   auto none = at::empty({0}, rows_PD.options());
   return GroupedFFN::apply(rows_PD.contiguous(), gate_up, down_EDF, gate_up_bias.defined() ? gate_up_bias : none,
-                           down_bias.defined() ? down_bias : none, counts, swiglu);
+                           down_bias.defined() ? down_bias : none, counts, swiglu, blocks);
 }
 
 }  // namespace mf

@@ -6,13 +6,19 @@
 
 namespace mf {
 
-// rows_PD grouped by expert (counts_E[e] rows each, in order), gate_up_E2FD (swiglu) or
+// rows_PD grouped by unit (counts_U[u] rows each, in order), gate_up_E2FD (swiglu) or
 // gate_up_EFD (gelu), down_EDF, optional biases gate_up_bias [E, 2F|F], down_bias [E, D]
 // (undefined tensors = none) -> [P, D]; differentiable in rows, weights and biases.
-// The per-expert loop needs the counts on the host: one copy of counts_E per call (this is
-// the fallback path; a grouped GEMM would take counts_E on the device).
+//
+// blocks = B splits every expert's hidden width F into B aligned blocks of M = F / B channels
+// (block b: channels [bM, (b+1)M) of gate, up and down together), and a unit is one
+// (expert, block) pair: U = E * B, unit u = expert u / B, block u % B. Since the activation
+// acts per channel, an expert's output is the sum of its blocks' outputs. The output bias
+// belongs to the whole expert, so it is refused with B > 1 (the caller adds it once).
+// The per-unit loop needs the counts on the host: one copy of counts_U per call (this is
+// the fallback path; a grouped GEMM would take counts_U on the device).
 at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down_EDF,
-                       const at::Tensor& counts_E, bool swiglu, const at::Tensor& gate_up_bias = {},
-                       const at::Tensor& down_bias = {});
+                       const at::Tensor& counts_U, bool swiglu, const at::Tensor& gate_up_bias = {},
+                       const at::Tensor& down_bias = {}, int64_t blocks = 1);
 
 }  // namespace mf

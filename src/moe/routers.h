@@ -49,7 +49,9 @@ at::Tensor top_p_counts(const at::Tensor& probs_TE, double threshold);
 class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   RouterImpl(int64_t d_model, RouterOptions opt);
-  ParamRoleList param_roles() const override { return {{"norm_scale", ParamRole::Gain}}; }
+  ParamRoleList param_roles() const override {
+    return {{"norm_scale", ParamRole::Gain}, {"weight", orthonormal_init ? ParamRole::Orthonormal : ParamRole::Weight}};
+  }
   RouterOutput forward(const at::Tensor& x_TD);
   void set_sequence_length(int64_t seq_len) { seq_len_ = seq_len; }
   // DeepSeek-V3: b_i += gamma * sign(mean_load - load_i); call after the optimizer step.
@@ -60,6 +62,7 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
   at::Tensor selection_bias;  // [E], selection only, not trained by gradient
   at::Tensor norm_scale;      // norm_topk: learnable sigma [1] (mlp.gate.norm_scale, no weight decay)
   double norm_constant = 1;   // norm_topk: c(E, k)
+  bool orthonormal_init = false;  // initialise `weight` with orthonormal rows (UniF-MoE's router)
 
  private:
   struct Scores {

@@ -34,6 +34,7 @@ RoutingTally tally_routing(const RouterOutput& out) {
   t.dropped = at::zeros({}, a.unit_P.options());
   if (out.scores_TE.defined()) t.scores_TE = out.scores_TE.detach();
   for (auto& [name, v] : out.losses) t.losses.emplace_back(name, v.detach());
+  for (auto& c : out.counts) t.counts.push_back({c.name, c.count_T.detach(), c.max});
   return t;
 }
 
@@ -48,6 +49,7 @@ RoutingStats read_routing(const RoutingTally& t) {
   }
   std::vector<at::Tensor> parts = {t.load_E.to(at::kDouble), entropy, t.dropped.to(at::kDouble).view({1})};
   for (auto& [name, v] : t.losses) parts.push_back(v.to(at::kDouble).view({1}));
+  for (auto& c : t.counts) parts.push_back(at::bincount(c.count_T.clamp(0, c.max), {}, c.max + 1).to(at::kDouble));
   auto flat = at::cat(parts).cpu().contiguous();  // the one device -> host copy
   const double* p = flat.data_ptr<double>();
   const int64_t E = t.load_E.numel();
@@ -55,6 +57,18 @@ RoutingStats read_routing(const RoutingTally& t) {
   s.entropy = p[E];
   s.dropped = static_cast<int64_t>(p[E + 1]);
   for (size_t i = 0; i < t.losses.size(); ++i) s.losses.emplace_back(t.losses[i].first, p[E + 2 + i]);
+  int64_t at = E + 2 + static_cast<int64_t>(t.losses.size());
+  for (auto& c : t.counts) {
+    RoutingStats::Count out{c.name, 0, {}};
+    double n = 0;
+    for (int64_t v = 0; v <= c.max; ++v, ++at) {
+      out.histogram.push_back(static_cast<int64_t>(p[at]));
+      out.mean += static_cast<double>(v) * p[at];
+      n += p[at];
+    }
+    out.mean = n > 0 ? out.mean / n : 0;
+    s.counts.push_back(std::move(out));
+  }
   s.mean_units_per_token = t.tokens ? static_cast<double>(t.pairs) / static_cast<double>(t.tokens) : 0;
   return s;
 }

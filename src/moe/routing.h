@@ -22,8 +22,17 @@ struct Assignment {
   int64_t num_tokens = 0, num_units = 0;
 };
 
+// A per-token integer a method reports (e.g. how many units each token used), with its
+// largest possible value so its histogram has a fixed length.
+struct TokenCount {
+  std::string name;
+  at::Tensor count_T;  // int64 [T]
+  int64_t max = 0;
+};
+
 struct RouterOutput {
   Assignment assignment;
+  std::vector<TokenCount> counts;
   std::vector<std::pair<std::string, at::Tensor>> losses;  // already scaled by their coefficients
   at::Tensor scores_TE;  // what balance losses act on (softmax probs, sigmoid or NormRouter scores), with grad
 };
@@ -36,6 +45,7 @@ struct RoutingTally {
   at::Tensor dropped;    // int64 scalar: pairs dropped by a capacity limit
   int64_t pairs = 0, tokens = 0;
   std::vector<std::pair<std::string, at::Tensor>> losses;  // detached
+  std::vector<TokenCount> counts;                          // detached
 };
 
 struct RoutingStats {
@@ -44,6 +54,12 @@ struct RoutingStats {
   double mean_units_per_token = 0;
   int64_t dropped = 0;
   std::vector<std::pair<std::string, double>> losses;
+  struct Count {
+    std::string name;
+    double mean = 0;
+    std::vector<int64_t> histogram;  // tokens with value 0, 1, ..., max
+  };
+  std::vector<Count> counts;
   int64_t dead_units() const;
   double max_over_mean() const;
   double cv() const;  // coefficient of variation of the load

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "methods/latent/latent.h"
+#include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
@@ -328,6 +329,9 @@ TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
   auto latent = tiny_vit("moe");
   latent.moe.section<LatentConfig>().shapes = "8,12,4,2,16";
   kinds.emplace_back("LatentMoE", latent);
+  auto unif = tiny_vit("moe");
+  unif.moe.section<UniFConfig>().blocks = 2;
+  kinds.emplace_back("UniF-MoE", unif);
   for (auto& [name, c] : kinds) {
     torch::manual_seed(2);
     VisionTransformer m(c);
