@@ -170,4 +170,10 @@ grep -q "<rect" vit_usage_heatmap.svg || fail "vit usage heatmap"
 expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
 expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"
 expect_fail 1 'this command needs "lm"' -- "$MF" generate runs/vit --prompt "x"
+# Upcycling the dense ViT into UniF-MoE, fine-tuning it, and its block accounting
+expect_ok "became experts" -- "$MF" upcycle runs/vit --layers 1 --method unif --experts 2 --blocks 4 -o vit_unif
+expect_ok '"per_token_least"' -- "$MF" info vit_unif --json
+expect_ok "accuracy" -- "$MF" train --init-from vit_unif --set train.steps=3
+expect_ok "active_blocks" -- "$MF" usage runs/vit-unif --windows 4 --out unif_usage
+expect_fail 2 "not a block number" -- "$MF" upcycle runs/vit --layers 1,x -o vit_bad
 echo "cli smoke: all checks passed"

@@ -30,6 +30,15 @@ std::vector<int64_t> stored_usage(const ExpertUsage& u) {
 
 }  // namespace
 
+double histogram_mean(const std::vector<int64_t>& hist) {
+  double n = 0, sum = 0;
+  for (size_t v = 0; v < hist.size(); ++v) {
+    n += static_cast<double>(hist[v]);
+    sum += static_cast<double>(v) * static_cast<double>(hist[v]);
+  }
+  return n > 0 ? sum / n : 0;
+}
+
 int64_t ExpertUsage::globally_dead() const {
   auto s = stored_usage(*this);
   return std::count(s.begin(), s.end(), int64_t{0});
@@ -47,8 +56,11 @@ std::vector<int64_t> ExpertUsage::most_used(size_t r, int64_t n) const {
 
 nlohmann::json ExpertUsage::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
-  for (size_t r = 0; r < counts.size(); ++r)
+  for (size_t r = 0; r < counts.size(); ++r) {
     rows.push_back({{"layer", layers[r]}, {"group", group[r]}, {"counts", counts[r]}});
+    for (auto& [name, hist] : token_counts[r])
+      rows.back()[name] = {{"mean", histogram_mean(hist)}, {"histogram", hist}};
+  }
   nlohmann::json j = {{"rows", rows},
                       {"stored_experts", stored_experts()},
                       {"globally_dead", globally_dead()},
@@ -65,11 +77,19 @@ ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& spli
     u.layers.push_back(m->layer);
     u.group.push_back(m->bank_group);
     u.counts.emplace_back(m->experts->num_units(), 0);
+    u.token_counts.emplace_back();
   }
   u.loss = model.evaluate(split, [&] {
     for (size_t r = 0; r < moe.size(); ++r) {
-      const auto load = moe[r]->last_stats().load;
-      for (size_t e = 0; e < load.size(); ++e) u.counts[r][e] += load[e];
+      const auto stats = moe[r]->last_stats();
+      auto& row = u.counts[r];
+      row.resize(std::max(row.size(), stats.load.size()), 0);  // units may be (expert, block) pairs
+      for (size_t e = 0; e < stats.load.size(); ++e) row[e] += stats.load[e];
+      for (auto& c : stats.counts) {
+        auto& hist = u.token_counts[r][c.name];
+        hist.resize(std::max(hist.size(), c.histogram.size()), 0);
+        for (size_t v = 0; v < c.histogram.size(); ++v) hist[v] += c.histogram[v];
+      }
     }
   });
   return u;

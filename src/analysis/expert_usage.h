@@ -4,6 +4,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 #include "train/evaluable.h"
 
 namespace mf {
@@ -13,6 +15,9 @@ struct ExpertUsage {
   std::vector<int64_t> group;                // pool group of each row (-1: the layer's own experts)
   std::vector<std::vector<int64_t>> counts;  // [row][expert] routed pairs
   std::vector<DomainLoss> loss;              // the evaluation the usage was measured on
+  // per row: the per-token counts a method reports (UniF-MoE: shared_blocks, residual_experts,
+  // active_blocks), as histograms over the values 0, 1, ...
+  std::vector<std::map<std::string, std::vector<int64_t>>> token_counts;
 
   // Experts no layer routed to: per pool (over its layers) or per (layer, expert).
   int64_t globally_dead() const;
@@ -21,6 +26,8 @@ struct ExpertUsage {
   std::vector<int64_t> most_used(size_t r, int64_t n) const;
   nlohmann::json to_json() const;
 };
+
+double histogram_mean(const std::vector<int64_t>& hist);
 
 // Routed pairs per (MoE layer, expert) while `model` is evaluated on `split`.
 ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& split);

@@ -15,6 +15,8 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/upcycle.h"
+#include "methods/unif/unif.h"
 #include "model/moe_ffn.h"
 #include "serve/generate.h"
 #include "train/evaluate.h"
@@ -229,6 +231,25 @@ void register_model_commands(CLI::App& app) {
           {"expert_parameters_vanilla", c.expert_vanilla},
           {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};
     }
+    if (const auto B = m.moe.section<UniFConfig>().blocks; B > 0) {
+      const auto& bank = *moe_layers(ffns).front()->experts;
+      const int64_t K = bank.num_units() - 1;
+      const auto unit = unif_unit_cost(bank, B);
+      auto cost = [&](int64_t active_blocks) {
+        return nlohmann::json{{"blocks", active_blocks},
+                              {"expert_parameters", active_blocks * unit.params},
+                              {"expert_flops", active_blocks * unit.flops}};
+      };
+      j["unif"] = {{"blocks_per_expert", B},
+                   {"residual_experts", K},
+                   {"parameters_per_block", unit.params},
+                   {"flops_per_block", unit.flops},
+                   {"per_token_least", cost(B)},
+                   {"per_token_most", cost(1 + K * (B - 1))},
+                   {"top2_equivalent", cost(2 * B)},
+                   {"measured", "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
+                                "active_blocks per layer"}};
+    }
     if (as_json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -238,6 +259,45 @@ void register_model_commands(CLI::App& app) {
     std::cout << "tensors:\n";
     for (auto& [name, t] : ck.model.tensors)
       std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(t.scalar_type()), c10::str(t.sizes()));
+  });
+
+  auto* up = app.add_subcommand("upcycle",
+                                "turn dense FFN blocks of a trained checkpoint into MoE blocks whose experts are "
+                                "copies of the dense FFN; fine-tune the result with `train --init-from OUT`");
+  static std::string up_in, up_out, up_layers;
+  static UpcycleOptions uo;
+  up->add_option("checkpoint", up_in, "dense checkpoint, or a run directory (its latest)")->required();
+  up->add_option("-o,--out", up_out, "output checkpoint directory")->required();
+  up->add_option("--layers", up_layers, "blocks to convert, comma-separated (0-based), e.g. 1,3")->required();
+  up->add_option("--method", uo.method, "topk (softmax top-k), topp (cumulative mass) or unif (UniF-MoE)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"topk", "topp", "unif"}));
+  up->add_option("--experts", uo.experts, "routed experts K per block (unif: residual experts, plus the shared one)")
+      ->capture_default_str();
+  up->add_option("--top-k", uo.top_k, "topk: experts per token")->capture_default_str();
+  up->add_option("--top-p", uo.top_p, "topp: cumulative router mass per token")->capture_default_str();
+  up->add_option("--blocks", uo.blocks, "unif: blocks B per expert (must divide the FFN width)")->capture_default_str();
+  up->add_option("--noise", uo.noise, "relative noise on the copies: W + noise * std(W) * N(0, 1)")
+      ->capture_default_str();
+  up->add_option("--seed", uo.seed, "router initialisation and noise")->capture_default_str();
+  add_set_option(up, uo.sets);
+  up->callback([] {
+    std::stringstream ss(up_layers);
+    for (std::string item; std::getline(ss, item, ',');) {
+      size_t used = 0;
+      try {
+        uo.layers.push_back(std::stoll(item, &used));
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != item.size()) throw ConfigError("upcycle --layers: '" + item + "' is not a block number");
+    }
+    auto r = upcycle(up_in, up_out, uo);
+    std::cout << fmt::format("wrote {}: {} dense FFN tensors became experts, {} tensors copied as they are\n", up_out,
+                             r.converted, r.copied);
+    std::cout << fmt::format("model.moe.layers = \"{}\", {} experts, method {}; run name \"{}\"\n",
+                             r.config.model.moe.layers, uo.experts, uo.method, r.config.run.name);
+    std::cout << fmt::format("fine-tune: moeforge train --init-from {} [--set train.steps=N]\n", up_out);
   });
 }
 

@@ -45,16 +45,19 @@ void register_train_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   add_set_option(tr, sets);
   tr->add_option("--resume", opt.resume, "continue bit-identically from a checkpoint or a run directory (its latest)");
+  tr->add_option("--init-from", opt.init_from,
+                 "start a fresh run from this checkpoint's weights (e.g. `moeforge upcycle`'s output); its config is "
+                 "used when no config file is given");
   tr->add_flag("--overwrite", opt.overwrite, "delete an existing run directory of the same name first");
   tr->add_option("--stop-after", opt.stop_after, "stop after N steps of this invocation (checkpoint written)");
   tr->callback([] {
     Config cfg;
-    if (cfg_path.empty() && !opt.resume.empty()) {
-      cfg = checkpoint_config(opt.resume);
+    if (cfg_path.empty() && (!opt.resume.empty() || !opt.init_from.empty())) {
+      cfg = checkpoint_config(opt.resume.empty() ? opt.init_from : opt.resume);
       for (const auto& s : sets) apply_override(cfg, s);
       validate(cfg);
     } else if (cfg_path.empty()) {
-      throw CLI::RequiredError("config (or --resume)");
+      throw CLI::RequiredError("config (or --resume / --init-from)");
     } else {
       cfg = resolve_config(cfg_path, sets);
     }

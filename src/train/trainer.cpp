@@ -96,6 +96,11 @@ struct Trainer {
     } else if (opt.overwrite) {
       fs::remove_all(run_dir);
     }
+    if (opt.resume.empty() && !opt.init_from.empty()) {
+      auto ck = read_checkpoint(opt.init_from);
+      load_model_tensors(model, ck.model);
+      spdlog::info("weights from {}", ck.dir);
+    }
     fs::create_directories(run_dir / "checkpoints");
     write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
     MetricsLog metrics((run_dir / "metrics.jsonl").string(), keep_metrics);

@@ -9,6 +9,8 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "io/safetensors.h"
+#include "io/upcycle.h"
+#include "model/moe_ffn.h"
 
 using namespace mf;
 namespace fs = std::filesystem;
@@ -181,5 +183,139 @@ TEST(ModelIO, PreLayoutCheckpointsGiveIdenticalLogits) {
     auto logits = m->forward(expected.at("tokens"));
     EXPECT_TRUE(torch::equal(logits, expected.at("logits")))
         << name << ": max diff " << (logits - expected.at("logits")).abs().max().item<double>();
+  }
+}
+
+namespace {
+
+// A dense model of `cfg` with random weights, written as a checkpoint; returns its directory.
+template <class Model>
+std::string dense_checkpoint(const Config& cfg, Model& m, const std::string& name) {
+  m->init_weights(1);
+  {
+    torch::NoGradGuard g;
+    for (auto& p : m->parameters()) p.add_(torch::randn_like(p) * 0.05);  // biases and gains not at their init
+  }
+  auto dir = (fs::temp_directory_path() / ("mf_upcycle_" + name)).string();
+  fs::remove_all(dir);
+  write_checkpoint(dir, {model_tensors(*m), {}, {{"moeforge.config", to_toml(cfg)}, {"moeforge.step", "7"},
+                                                 {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)}},
+                         {{"step", 7}}, ""});
+  return dir;
+}
+
+Config tiny_dense(const std::string& task, const std::string& ffn) {
+  Config c;
+  c.model.task = task;
+  c.model.vocab_size = task == "lm" ? 40 : 0;
+  c.model.d_model = 16;
+  c.model.n_layers = 3;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 4;
+  c.model.ffn = ffn;
+  c.model.ffn_hidden = 24;
+  c.model.image_size = 8;
+  c.model.num_classes = 5;
+  c.run.name = "dense";
+  return c;
+}
+
+}  // namespace
+
+// Top-k upcycling with renormalised weights: every expert is the dense FFN and the weights of
+// a token sum to 1, so the upcycled model computes the dense function (float64: to rounding).
+TEST(Upcycle, TopKModelEqualsTheDenseModel) {
+  for (std::string task : {"classify", "lm"})
+    for (std::string ffn : {"gelu", "swiglu"}) {
+      if (task == "classify" && ffn == "swiglu") continue;
+      auto cfg = tiny_dense(task, ffn);
+      UpcycleOptions o;
+      o.layers = {0, 2};
+      o.experts = 3;
+      at::Tensor input = task == "lm" ? torch::randint(40, {2, 7}, torch::kLong) : torch::randn({3, 1, 8, 8});
+      auto logits = [&](auto model) {
+        model->to(torch::kFloat64);
+        model->eval();
+        torch::NoGradGuard g;
+        return model->forward(task == "lm" ? input : input.to(torch::kFloat64));
+      };
+      std::string dir;
+      at::Tensor dense;
+      if (task == "lm") {
+        TransformerLM m(cfg.model);
+        dir = dense_checkpoint(cfg, m, task + ffn);
+        dense = logits(m);
+      } else {
+        VisionTransformer m(cfg.model);
+        dir = dense_checkpoint(cfg, m, task + ffn);
+        dense = logits(m);
+      }
+      auto r = upcycle(dir, dir + "_topk", o);
+      EXPECT_EQ(r.converted, 2 * (ffn == "gelu" ? 4 : 2)) << task << ffn;
+      EXPECT_EQ(r.config.model.moe.layers, "0,2");
+      EXPECT_EQ(r.config.run.name, "dense-topk");
+      auto up = task == "lm" ? logits(load_model(dir + "_topk").model) : logits(load_classifier(dir + "_topk").model);
+      EXPECT_TRUE(torch::allclose(up, dense, 1e-5, 1e-6))
+          << task << " " << ffn << ": max diff " << (up - dense).abs().max().item<double>();
+      fs::remove_all(dir), fs::remove_all(dir + "_topk");
+    }
+}
+
+// UniF-MoE upcycling: the shared and every residual expert equal the dense FFN on any input, the
+// other tensors are the dense ones bit for bit, and the router starts with orthonormal rows.
+TEST(Upcycle, UniFExpertsAreTheDenseFfnAndRouterIsOrthonormal) {
+  auto cfg = tiny_dense("classify", "gelu");
+  VisionTransformer dense(cfg.model);
+  auto dir = dense_checkpoint(cfg, dense, "unif");
+  UpcycleOptions o;
+  o.layers = {1};
+  o.method = "unif";
+  o.experts = 3;
+  o.blocks = 4;
+  upcycle(dir, dir + "_unif", o);
+  auto up = load_classifier(dir + "_unif");
+  auto moe = moe_layers(up.model->feed_forwards());
+  ASSERT_EQ(moe.size(), 1u);
+  auto x = torch::randn({5, 16});
+  AuxLosses aux;
+  auto want = dense->blocks[1]->mlp->forward(x, aux);
+  for (int64_t e = 0; e < 4; ++e) EXPECT_TRUE(torch::allclose(moe[0]->experts->forward_unit(e, x), want, 1e-5, 1e-6));
+  auto w = moe[0]->gate->weight;
+  EXPECT_TRUE(torch::allclose(torch::matmul(w, w.t()), torch::eye(4), 1e-5, 1e-5));
+  auto before = load_classifier(dir).model;
+  EXPECT_TRUE(torch::equal(up.model->head->weight, before->head->weight));
+  EXPECT_TRUE(torch::equal(up.model->blocks[0]->attn->qkv->weight, before->blocks[0]->attn->qkv->weight));
+  // noise makes the copies differ, by about the requested fraction of the weights' spread
+  o.noise = 0.01;
+  upcycle(dir, dir + "_noisy", o);
+  auto noisy = moe_layers(load_classifier(dir + "_noisy").model->feed_forwards())[0]->experts;
+  auto diff = (noisy->gate_up_proj[1] - noisy->gate_up_proj[2]).std().item<double>();
+  auto spread = moe[0]->experts->gate_up_proj[1].std().item<double>();
+  EXPECT_NEAR(diff / spread, 0.01 * std::sqrt(2.0), 0.005);
+  for (auto d : {dir, dir + "_unif", dir + "_noisy"}) fs::remove_all(d);
+}
+
+TEST(Upcycle, RefusesWhatItCannotConvert) {
+  auto cfg = tiny_dense("lm", "swiglu");
+  UpcycleOptions o;
+  o.layers = {5};
+  EXPECT_THROW(upcycled_config(cfg, o), ConfigError);  // no block 5
+  o.layers = {0};
+  o.method = "unif";
+  o.blocks = 5;  // does not divide 24
+  try {
+    upcycled_config(cfg, o);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.moe.unif.blocks"), std::string::npos);
+  }
+  auto moe = cfg;
+  moe.model.ffn = "moe";
+  o.blocks = 4;
+  try {
+    upcycled_config(moe, o);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.ffn"), std::string::npos);
   }
 }

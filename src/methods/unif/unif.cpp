@@ -22,6 +22,12 @@ at::Tensor unif_prototypes(const ExpertBank& bank, int64_t blocks) {
   return keys_FD.reshape({blocks, F / blocks, keys_FD.size(1)}).mean(1);
 }
 
+UniFUnitCost unif_unit_cost(const ExpertBank& bank, int64_t blocks) {
+  const int64_t weights = (bank.gate_up_proj[0].numel() + bank.down_proj[0].numel()) / blocks;
+  const int64_t biases = bank.gate_up_proj_bias.defined() ? bank.gate_up_proj_bias[0].numel() / blocks : 0;
+  return {weights + biases, 2 * weights};
+}
+
 UniFExtension::UniFExtension(const ModelConfig& c)
     : options_(unif_options(c.moe.section<UniFConfig>())), div_loss_coef_(c.moe.section<UniFConfig>().div_loss_coef) {}
 
@@ -37,6 +43,9 @@ void UniFExtension::attach(MoEFeedForward& slot) { slot.gate->orthonormal_init =
 
 at::Tensor UniFExtension::forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed,
                                          bool record) {
+  TORCH_CHECK(!slot.random_routing && !slot.dispatch_hook,
+              "the routing probes and the Jacobian analysis work on whole experts; UniF-MoE layers route (expert, "
+              "block) units and are not supported by them");
   const int64_t B = options_.blocks, K = slot.experts->num_units() - 1;
   auto x = x_TD.scalar_type() == at::kDouble ? x_TD : x_TD.to(at::kFloat);  // router math in float32 at least
   auto logits_TJ = at::matmul(x, slot.gate->weight.to(x.scalar_type()).t());

@@ -23,6 +23,13 @@ UniFOptions unif_options(const UniFConfig& c);
 // rows of gate_up[0] that feed the activation: fc1 for GELU, the gate rows for SwiGLU) -> [B, D]
 at::Tensor unif_prototypes(const ExpertBank& bank, int64_t blocks);
 
+// Per-token cost of the routed units: parameters and multiply-add FLOPs (2 per weight) of one
+// (expert, block) unit, output biases excluded (an active expert adds D of them).
+struct UniFUnitCost {
+  int64_t params = 0, flops = 0;
+};
+UniFUnitCost unif_unit_cost(const ExpertBank& bank, int64_t blocks);
+
 class UniFExtension : public MoEExtension {
  public:
   explicit UniFExtension(const ModelConfig& c);
