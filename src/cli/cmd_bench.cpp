@@ -1,5 +1,6 @@
 // `moeforge bench moe`: forward+backward throughput of the MoE layer against a dense SwiGLU
 // with the same active FLOPs (the practical ceiling) and the Python per-expert loop.
+// `moeforge bench unif`: methods/unif/bench.h.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/util.h"
+#include "methods/unif/bench.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
 
@@ -121,6 +123,50 @@ void register_bench_commands(CLI::App& app) {
       }
     }
     if (!json_out.empty()) write_file_atomic(json_out, results.dump(2) + "\n");
+  });
+
+  auto* unif = bench->add_subcommand(
+      "unif",
+      "one UniF-MoE layer vs top-2 and top-1 MoE layers with the same GELU experts: inference and forward+backward "
+      "time, mean activated blocks; checks that UniF's time relative to top-2 follows C_B / (2 B)");
+  static UniFBenchOptions uo;
+  static std::string unif_json;
+  unif->add_option("--tokens", uo.tokens, "tokens T")->capture_default_str();
+  unif->add_option("--d", uo.d_model, "model width d")->capture_default_str();
+  unif->add_option("--hidden", uo.hidden, "expert width H")->capture_default_str();
+  unif->add_option("--experts", uo.experts, "residual experts K (top-k layers route among K)")->capture_default_str();
+  unif->add_option("--blocks", uo.blocks, "blocks B per expert")->capture_default_str();
+  unif->add_option("--input-scale", uo.input_scales,
+                   "scales of the layer input; larger = sharper routing, as after training")
+      ->capture_default_str();
+  unif->add_option("--iters", uo.iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  unif->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  unif->add_option("--json", unif_json, "also write the results as JSON");
+  unif->callback([] {
+    at::set_num_threads(threads);
+    auto rows = bench_unif(uo);
+    std::cout << fmt::format("{:>6} {:<6} {:>11} {:>11} {:>11} {:>10} {:>13}\n", "scale", "layer", "mean C_B",
+                             "infer ms", "train ms", "vs top-2", "C_B / top-2");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      const auto& top2 = *std::find_if(rows.begin(), rows.end(), [&](auto& o) {
+        return o.layer == "top-2" && o.input_scale == r.input_scale;
+      });
+      std::cout << fmt::format("{:>6.1f} {:<6} {:>11.2f} {:>11.1f} {:>11.1f} {:>9.2f}x {:>12.2f}x\n", r.input_scale,
+                               r.layer, r.mean_blocks, 1e3 * r.infer_seconds, 1e3 * r.train_seconds,
+                               r.infer_seconds / top2.infer_seconds, r.mean_blocks / top2.mean_blocks);
+      out.push_back({{"layer", r.layer},
+                     {"input_scale", r.input_scale},
+                     {"mean_blocks", r.mean_blocks},
+                     {"infer_seconds", r.infer_seconds},
+                     {"train_seconds", r.train_seconds},
+                     {"infer_vs_top2", r.infer_seconds / top2.infer_seconds},
+                     {"train_vs_top2", r.train_seconds / top2.train_seconds},
+                     {"blocks_vs_top2", r.mean_blocks / top2.mean_blocks}});
+    }
+    std::cout << fmt::format("T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; best of {} timed runs\n", uo.tokens,
+                             uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
+    if (!unif_json.empty()) write_file_atomic(unif_json, out.dump(2) + "\n");
   });
 }
 
