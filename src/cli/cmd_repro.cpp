@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "methods/latent/repro.h"
+#include "methods/unif/repro.h"
 #include "methods/unipool/repro.h"
 
 namespace mf::cli {
@@ -51,6 +52,21 @@ void register_repro_commands(CLI::App& app) {
   add_repro_options(lt, latent_args);
   lt->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
   lt->callback([] { write_results(latent_repro(latent_args, multiple)); });
+
+  auto* uf = repro->add_subcommand(
+      "unif",
+      "UniF-MoE in miniature: pretrain a dense ViT, upcycle two blocks into top-2, top-1, top-p and UniF-MoE (and "
+      "its three ablations), fine-tune each identically per seed; accuracy, activated blocks, slot inference time");
+  static ReproArgs unif_args{"configs/repro/unif.toml", "docs/repro/unif", {}, 3};
+  static UniFReproOptions unif_opt;
+  add_repro_options(uf, unif_args);
+  uf->add_option("--layers", unif_opt.layers, "blocks to upcycle")->capture_default_str();
+  uf->add_option("--experts", unif_opt.experts, "experts K per upcycled block")->capture_default_str();
+  uf->add_option("--blocks", unif_opt.blocks, "UniF-MoE blocks B per expert")->capture_default_str();
+  uf->add_option("--top-p", unif_opt.top_p, "the top-p arm's mass")->capture_default_str();
+  uf->add_option("--finetune-steps", unif_opt.finetune_steps, "fine-tuning steps per arm")->capture_default_str();
+  uf->add_option("--finetune-lr", unif_opt.finetune_lr, "fine-tuning peak learning rate")->capture_default_str();
+  uf->callback([] { write_results(unif_repro(unif_args, unif_opt)); });
 }
 
 }  // namespace mf::cli

@@ -114,6 +114,7 @@ struct ModelConfig {
   int64_t patch_size = 4;   // classify: square patches (image_size must be a multiple)
   int64_t channels = 1;
   int64_t num_classes = 10;
+  std::string pool = "cls";  // classify: the head reads the class token (cls) or the patch tokens' mean
 };
 
 // Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).

@@ -69,7 +69,8 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images, AuxLos
   auto x = patch_embed->forward(patchify(images, cfg_.patch_size));
   x = torch::cat({cls_token.to(x.dtype()).expand({x.size(0), 1, x.size(2)}), x}, 1) + pos_embed.to(x.dtype());
   for (auto& b : blocks) x = b->forward(x, aux);
-  return head->forward(norm->forward(x.select(1, 0)));
+  auto pooled = cfg_.pool == "mean" ? x.narrow(1, 1, x.size(1) - 1).mean(1) : x.select(1, 0);
+  return head->forward(norm->forward(pooled));
 }
 
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {

@@ -38,7 +38,30 @@ Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_ove
   return base;
 }
 
-std::string run_variant(const Config& cfg) {
+PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  PairedDifference d;
+  d.seeds = n;
+  if (n == 0) return d;
+  std::vector<double> diff;
+  for (size_t i = 0; i < n; ++i) diff.push_back(a[i] - b[i]);
+  d.mean = std::accumulate(diff.begin(), diff.end(), 0.0) / static_cast<double>(n);
+  if (n < 2) return d;
+  double ss = 0;
+  for (double x : diff) ss += (x - d.mean) * (x - d.mean);
+  d.se = std::sqrt(ss / static_cast<double>(n - 1) / static_cast<double>(n));
+  return d;
+}
+
+std::string PairedDifference::call(bool want_positive) const {
+  if (seeds < 2) return "not resolved (one seed)";
+  const double signed_mean = want_positive ? mean : -mean;
+  if (signed_mean > 2 * se) return "held";
+  if (signed_mean < -2 * se) return "did not hold";
+  return "not resolved at this scale";
+}
+
+std::string run_variant(const Config& cfg, const std::string& init_from) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
   const bool same_config = fs::exists(dir / "config.toml") && read_file((dir / "config.toml").string()) == to_toml(cfg);
@@ -50,6 +73,7 @@ std::string run_variant(const Config& cfg) {
     }
   }
   TrainOptions opt;
+  opt.init_from = init_from;
   if (same_config && !latest_checkpoint(dir.string()).empty())
     opt.resume = dir.string();
   else

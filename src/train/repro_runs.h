@@ -20,8 +20,19 @@ struct Outcome {
 };
 
 // Trains one run, or reuses it when it finished with the same config, or resumes it when it
-// stopped; returns its directory.
-std::string run_variant(const Config& cfg);
+// stopped; returns its directory. A fresh run starts from `init_from`'s weights when given.
+std::string run_variant(const Config& cfg, const std::string& init_from = "");
+
+// Mean and standard error of the per-seed differences a[s] - b[s] (paired by seed), and what
+// they say about a direction that expects the difference to be positive (want_positive) or
+// negative: "held" beyond two standard errors, "did not hold" beyond two the other way,
+// otherwise "not resolved at this scale".
+struct PairedDifference {
+  double mean = 0, se = 0;
+  size_t seeds = 0;  // fewer than 2: nothing is resolved
+  std::string call(bool want_positive) const;
+};
+PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b);
 inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
 
 // What every repro command takes: --config, --out, --seeds, --quick, --set.

@@ -1,0 +1,211 @@
+#include "methods/unif/repro.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+
+#include "core/util.h"
+#include "data/images.h"
+#include "io/model_io.h"
+#include "io/upcycle.h"
+#include "methods/unif/unif.h"
+#include "train/evaluate.h"
+
+namespace mf {
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Arm {
+  std::string name, label, method;  // method: "" = the dense control
+  std::vector<std::string> sets;
+};
+
+std::vector<Arm> arms(const UniFReproOptions& o) {
+  return {{"dense", "dense (fine-tuned as long)", "", {}},
+          {"top2", "top-2 MoE", "topk", {}},
+          {"top1", "top-1 MoE", "topk", {"model.moe.top_k=1"}},
+          {"topp", fmt::format("top-p MoE (p = {})", o.top_p), "topp", {}},
+          {"unif", "UniF-MoE", "unif", {}},
+          {"unif_fixed_alpha", "UniF-MoE, fixed alpha = 0.4", "unif", {"model.moe.unif.fixed_alpha=0.4"}},
+          {"unif_top2", "UniF-MoE, top-2 residual experts", "unif", {"model.moe.unif.residual_top_k=2"}},
+          {"unif_prefix", "UniF-MoE, prefix blocks", "unif", {"model.moe.unif.block_select=prefix"}}};
+}
+
+// Times one FFN slot's forward passes (CPU: the call returns when the work is done).
+class TimedSlot : public FeedForward {
+ public:
+  TimedSlot(std::shared_ptr<FeedForward> inner, double* seconds) : inner_(std::move(inner)), seconds_(seconds) {}
+  torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override {
+    const auto t0 = Clock::now();
+    auto y = inner_->forward(x, aux);
+    *seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    return y;
+  }
+
+ private:
+  std::shared_ptr<FeedForward> inner_;
+  double* seconds_;
+};
+
+struct Measured {
+  double accuracy = 0, loss = 0;
+  double ms_per_1k = 0;             // the upcycled blocks' FFN slots, inference, per 1,000 images
+  double blocks = 0, k = 0, b = 0;  // per token, mean over the upcycled blocks (top-k: k * B)
+};
+
+Measured measure(const std::string& dir, const std::vector<int64_t>& layers, int64_t B, int64_t images) {
+  auto l = load_classifier(dir);
+  ImageDataset data(l.cfg.data.images_dir, l.cfg.data.val_images);
+  double seconds = 0;
+  auto& vit = *l.model;
+  std::vector<std::shared_ptr<FeedForward>> kept;
+  for (auto i : layers) {
+    kept.push_back(vit.blocks[static_cast<size_t>(i)]->mlp);
+    vit.blocks[static_cast<size_t>(i)]->mlp = std::make_shared<TimedSlot>(kept.back(), &seconds);
+  }
+  auto moe = moe_layers(kept);
+  double blocks = 0, k = 0, b = 0, batches = 0;
+  auto ev = evaluate_classifier(vit, data, "test", images, 500, [&] {
+    for (auto& m : moe) {
+      const auto s = m->last_stats();
+      const bool unif = !s.counts.empty();
+      blocks += unif ? s.mean_units_per_token : s.mean_units_per_token * static_cast<double>(B);
+      k += unif ? s.counts[1].mean : s.mean_units_per_token;
+      b += unif ? s.counts[0].mean : 0;
+    }
+    batches += static_cast<double>(moe.size());
+  });
+  Measured r{ev.accuracy, ev.loss, 1e3 * seconds / static_cast<double>(ev.count)};
+  if (batches > 0) r.blocks = blocks / batches, r.k = k / batches, r.b = b / batches;
+  if (moe.empty()) r.blocks = static_cast<double>(B), r.k = 1;  // the dense FFN: one whole expert
+  return r;
+}
+
+std::vector<int64_t> parse_layers(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoll(item));
+  return v;
+}
+
+}  // namespace
+
+ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
+  const auto t0 = Clock::now();
+  auto base = repro_base_config(
+      args, {"model.d_model=16", "model.n_layers=4", "model.n_heads=2", "model.n_kv_heads=2", "model.ffn_hidden=32",
+             "train.steps=10", "train.batch_size=16", "train.warmup_steps=2", "eval.every=0", "data.val_images=500"});
+  if (base.model.task != "classify" || base.model.ffn != "gelu")
+    throw ConfigError(
+        "repro unif: the base config must be a dense ViT (model.task = \"classify\", model.ffn = \"gelu\")");
+  const auto layers = parse_layers(opt.layers);
+  const int64_t finetune = args.quick ? 4 : opt.finetune_steps;
+  base.run.name = "unif-dense-pretrain";
+  spdlog::info("repro unif: pretraining the dense backbone ({} steps)", base.train.steps);
+  const auto dense_dir = run_variant(base);
+  const auto all = arms(opt);
+  std::map<std::string, std::vector<Measured>> res;
+  std::map<std::string, int64_t> params;
+  for (int64_t s = 0; s < args.seeds; ++s) {
+    for (const auto& arm : all) {
+      const auto name = fmt::format("unif-{}-s{}", arm.name, s);
+      Config cfg = checkpoint_config(dense_dir);
+      std::string init = dense_dir;
+      if (!arm.method.empty()) {
+        UpcycleOptions u;
+        u.layers = layers;
+        u.method = arm.method;
+        u.experts = opt.experts;
+        u.blocks = opt.blocks;
+        u.top_p = opt.top_p;
+        u.seed = static_cast<uint64_t>(s);
+        u.sets = arm.sets;
+        init = (fs::path(base.run.out_dir) / "unif-upcycled" / name).string();
+        cfg = upcycle(dense_dir, init, u).config;
+      }
+      for (auto set : {fmt::format("train.steps={}", finetune), fmt::format("train.lr={}", opt.finetune_lr),
+                       fmt::format("train.warmup_steps={}", std::max<int64_t>(1, finetune / 10)),
+                       fmt::format("train.seed={}", 1000 + s), fmt::format("train.ckpt_every={}", finetune),
+                       std::string("eval.every=0"), "run.name=" + name})
+        apply_override(cfg, set);
+      validate(cfg);
+      spdlog::info("repro unif: {} seed {}", arm.label, s);
+      const auto dir = run_variant(cfg, init);
+      res[arm.name].push_back(measure(dir, layers, opt.blocks, args.quick ? 1000 : 0));
+      if (s == 0) params[arm.name] = load_classifier(dir).model->param_counts().total;
+    }
+  }
+  const double minutes = std::chrono::duration<double>(Clock::now() - t0).count() / 60;
+  auto field = [&](const std::string& arm, double Measured::*f) {
+    std::vector<double> v;
+    for (auto& m : res[arm]) v.push_back(m.*f);
+    return v;
+  };
+  auto mean_std = [&](const std::string& arm, double Measured::*f, double scale, int digits) {
+    Outcome o;
+    o.loss = field(arm, f);
+    return fmt::format("{:.{}f} ± {:.{}f}", scale * o.mean(), digits, scale * o.std(), digits);
+  };
+  const auto& m = base.model;
+  std::string md = fmt::format(
+      "# UniF-MoE upcycling in miniature (Fashion-MNIST ViT)\n\nProduced by `{} --finetune-steps {} --experts {} "
+      "--blocks {} --layers {}`. Dense ViT (d = {}, {} blocks, FFN width {}) pretrained for {} steps, blocks {} "
+      "upcycled with K = {} experts of width {} in B = {} blocks (UniF-MoE: + its shared expert), every arm and a "
+      "dense control fine-tuned {} steps (lr {}, same batches per seed), {} seed(s). Test split ({}). "
+      "Activated blocks per token: UniF-MoE's measured C_B = b + k(B - b); top-k: k·B; top-p: measured k·B. "
+      "Inference: the two upcycled FFN slots only, no grad, batches of 500, ms per 1,000 images. Total runtime "
+      "{:.1f} min on {} threads.\n\n"
+      "| arm | params | test accuracy % | test loss | activated blocks | k | b | slot ms / 1k images |\n"
+      "|---|---|---|---|---|---|---|---|\n",
+      args.command_line("unif"), opt.finetune_steps, opt.experts, opt.blocks, opt.layers, m.d_model, m.n_layers,
+      m.ffn_hidden, base.train.steps, opt.layers, opt.experts, m.ffn_hidden, opt.blocks, finetune, opt.finetune_lr,
+      args.seeds, args.quick ? "its first 1,000 images" : "10,000 images", minutes, base.train.threads);
+  nlohmann::json js = {{"minutes", minutes}, {"seeds", args.seeds}};
+  for (const auto& arm : all) {
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", arm.label, params[arm.name],
+                      mean_std(arm.name, &Measured::accuracy, 100, 2), mean_std(arm.name, &Measured::loss, 1, 4),
+                      mean_std(arm.name, &Measured::blocks, 1, 2), mean_std(arm.name, &Measured::k, 1, 2),
+                      mean_std(arm.name, &Measured::b, 1, 2), mean_std(arm.name, &Measured::ms_per_1k, 1, 1));
+    js["arms"][arm.name] = {{"label", arm.label},
+                            {"accuracy", field(arm.name, &Measured::accuracy)},
+                            {"loss", field(arm.name, &Measured::loss)},
+                            {"blocks", field(arm.name, &Measured::blocks)},
+                            {"k", field(arm.name, &Measured::k)},
+                            {"b", field(arm.name, &Measured::b)},
+                            {"ms_per_1k", field(arm.name, &Measured::ms_per_1k)}};
+  }
+  md += "\n## The paper's directions at this scale (paired by seed: difference ± standard error)\n\n";
+  auto direction = [&](const std::string& text, const PairedDifference& d, bool want_positive, const char* unit,
+                       double scale) {
+    const auto call = d.call(want_positive);
+    md += fmt::format("- {}: {:+.3f} ± {:.3f}{} → **{}**\n", text, scale * d.mean, scale * d.se, unit, call);
+    js["directions"][text] = {{"difference", scale * d.mean}, {"se", scale * d.se}, {"call", call}};
+    return call;
+  };
+  auto diff = [&](const std::string& a, const std::string& b, double Measured::*f) {
+    return paired_difference(field(a, f), field(b, f));
+  };
+  direction("UniF-MoE is more accurate than top-2 (accuracy difference)", diff("unif", "top2", &Measured::accuracy),
+            true, " points", 100);
+  direction("UniF-MoE activates fewer blocks than top-2", diff("unif", "top2", &Measured::blocks), false, " blocks", 1);
+  direction("UniF-MoE's MoE slots run faster than top-2's", diff("unif", "top2", &Measured::ms_per_1k), false,
+            " ms / 1k images", 1);
+  for (std::string a : {"unif_fixed_alpha", "unif_top2", "unif_prefix"}) {
+    const auto label = std::find_if(all.begin(), all.end(), [&](auto& x) { return x.name == a; })->label;
+    auto q = direction(label + " is less accurate than UniF-MoE", diff("unif", a, &Measured::accuracy), true, " points",
+                       100);
+    auto c = direction(label + " activates more blocks than UniF-MoE", diff(a, "unif", &Measured::blocks), true,
+                       " blocks", 1);
+    md += fmt::format("  - worse on quality or compute: **{}**\n", q == "held" || c == "held" ? "held"
+                                                                   : q == "did not hold" && c == "did not hold"
+                                                                       ? "did not hold"
+                                                                       : "not resolved at this scale");
+  }
+  return {args.out, md, js};
+}
+
+}  // namespace mf
