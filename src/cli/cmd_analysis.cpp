@@ -47,8 +47,8 @@ void register_analysis_commands(CLI::App& app) {
     }
     for (size_t r = 0; r < u.token_counts.size(); ++r)
       for (auto& [name, hist] : u.token_counts[r])
-        std::cout << fmt::format("block {} {:<17} mean {:.3f}  histogram {}\n", u.layers[r], name,
-                                 histogram_mean(hist), nlohmann::json(hist).dump());
+        std::cout << fmt::format("block {} {:<17} mean {:.3f}  histogram {}\n", u.layers[r], name, histogram_mean(hist),
+                                 nlohmann::json(hist).dump());
     std::cout << fmt::format("stored experts {}, globally dead {}; mean {} loss {:.4f}\n", u.stored_experts(),
                              u.globally_dead(), split, mean_loss(u.loss));
     for (auto& p : paths) std::cout << "wrote " << p << "\n";

@@ -149,9 +149,8 @@ void register_bench_commands(CLI::App& app) {
                              "infer ms", "train ms", "vs top-2", "C_B / top-2");
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : rows) {
-      const auto& top2 = *std::find_if(rows.begin(), rows.end(), [&](auto& o) {
-        return o.layer == "top-2" && o.input_scale == r.input_scale;
-      });
+      const auto& top2 = *std::find_if(rows.begin(), rows.end(),
+                                       [&](auto& o) { return o.layer == "top-2" && o.input_scale == r.input_scale; });
       std::cout << fmt::format("{:>6.1f} {:<6} {:>11.2f} {:>11.1f} {:>11.1f} {:>9.2f}x {:>12.2f}x\n", r.input_scale,
                                r.layer, r.mean_blocks, 1e3 * r.infer_seconds, 1e3 * r.train_seconds,
                                r.infer_seconds / top2.infer_seconds, r.mean_blocks / top2.mean_blocks);

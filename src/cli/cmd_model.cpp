@@ -247,8 +247,9 @@ void register_model_commands(CLI::App& app) {
                    {"per_token_least", cost(B)},
                    {"per_token_most", cost(1 + K * (B - 1))},
                    {"top2_equivalent", cost(2 * B)},
-                   {"measured", "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
-                                "active_blocks per layer"}};
+                   {"measured",
+                    "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
+                    "active_blocks per layer"}};
     }
     if (as_json) {
       std::cout << j.dump(2) << "\n";

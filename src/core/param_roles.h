@@ -11,11 +11,11 @@
 namespace mf {
 
 enum class ParamRole {
-  Weight,     // normal(0, init_std), weight decay
-  Output,     // a projection into the residual stream: normal(0, init_std / sqrt(2 n_layers)), decay
-  Gain,       // norm weights and learnable scales: ones, no decay
-  Bias,       // zeros, no decay
-  Embedding,  // normal(0, init_std), decay only with train.decay_embeddings
+  Weight,       // normal(0, init_std), weight decay
+  Output,       // a projection into the residual stream: normal(0, init_std / sqrt(2 n_layers)), decay
+  Gain,         // norm weights and learnable scales: ones, no decay
+  Bias,         // zeros, no decay
+  Embedding,    // normal(0, init_std), decay only with train.decay_embeddings
   Orthonormal,  // a [N, D] weight with orthonormal rows when N <= D (else orthonormal columns), decay
 };
 

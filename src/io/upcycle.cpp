@@ -53,9 +53,10 @@ std::map<std::string, at::Tensor> dense_as_expert(const SafetensorsData& st, con
 Config upcycled_config(const Config& dense, const UpcycleOptions& opt) {
   const auto& m = dense.model;
   if (m.ffn != "swiglu" && m.ffn != "gelu")
-    throw ConfigError(fmt::format("upcycling needs a dense checkpoint (model.ffn = swiglu or gelu); this one has "
-                                  "model.ffn = \"{}\"",
-                                  m.ffn));
+    throw ConfigError(
+        fmt::format("upcycling needs a dense checkpoint (model.ffn = swiglu or gelu); this one has "
+                    "model.ffn = \"{}\"",
+                    m.ffn));
   if (opt.layers.empty()) throw ConfigError("upcycle: give the blocks to convert (--layers, e.g. 1,3)");
   for (auto l : opt.layers)
     if (l < 0 || l >= m.n_layers)

@@ -12,14 +12,14 @@
 namespace mf {
 
 struct UpcycleOptions {
-  std::vector<int64_t> layers;  // blocks to convert (0-based)
-  std::string method = "topk";  // topk | topp | unif
-  int64_t experts = 4;          // routed experts K (UniF-MoE: residual experts; its shared expert comes on top)
-  int64_t top_k = 2;            // topk
-  double top_p = 0.5;           // topp: cumulative mass
-  int64_t blocks = 8;           // unif: B
-  double noise = 0;             // each copied weight gets noise * std(W) * N(0, 1) (0 = exact copies)
-  uint64_t seed = 0;            // router initialisation and noise
+  std::vector<int64_t> layers;    // blocks to convert (0-based)
+  std::string method = "topk";    // topk | topp | unif
+  int64_t experts = 4;            // routed experts K (UniF-MoE: residual experts; its shared expert comes on top)
+  int64_t top_k = 2;              // topk
+  double top_p = 0.5;             // topp: cumulative mass
+  int64_t blocks = 8;             // unif: B
+  double noise = 0;               // each copied weight gets noise * std(W) * N(0, 1) (0 = exact copies)
+  uint64_t seed = 0;              // router initialisation and noise
   std::vector<std::string> sets;  // further KEY=VALUE overrides of the upcycled config
 };
 

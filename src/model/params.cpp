@@ -39,7 +39,7 @@ at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen) {
   auto a = at::empty({w.size(0), w.size(1)}, w.options().dtype(at::kDouble)).normal_(0.0, 1.0, gen);
   const bool rows = w.size(0) <= w.size(1);
   auto [q, r] = at::linalg_qr(rows ? a.t() : a);  // q: orthonormal columns
-  q = q * r.diagonal().sign().unsqueeze(0);        // the sign convention that makes q unique
+  q = q * r.diagonal().sign().unsqueeze(0);       // the sign convention that makes q unique
   return (rows ? q.t() : q).to(w.dtype()).contiguous();
 }
 

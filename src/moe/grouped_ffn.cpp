@@ -130,7 +130,8 @@ at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, con
   TORCH_CHECK(blocks >= 1 && F % blocks == 0, "grouped_ffn: ", blocks, " blocks do not divide the hidden width ", F);
   TORCH_CHECK(counts_U.numel() == E * blocks, "grouped_ffn: ", counts_U.numel(), " unit counts for ", E, " experts x ",
               blocks, " blocks");
-  TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn: the output bias belongs to the whole expert; add it "
+  TORCH_CHECK(blocks == 1 || !down_bias.defined(),
+              "grouped_ffn: the output bias belongs to the whole expert; add it "
               "once per expert when units are blocks");
   auto host = counts_U.to(at::kCPU, at::kLong).contiguous();
   std::vector<int64_t> counts(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());

@@ -58,10 +58,10 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
   void update_selection_bias(const at::Tensor& load_E);
   const RouterOptions& options() const { return opt_; }
 
-  at::Tensor weight;          // W_r [E, D]; registered by the MoE layer as "gate" -> mlp.gate.weight
-  at::Tensor selection_bias;  // [E], selection only, not trained by gradient
-  at::Tensor norm_scale;      // norm_topk: learnable sigma [1] (mlp.gate.norm_scale, no weight decay)
-  double norm_constant = 1;   // norm_topk: c(E, k)
+  at::Tensor weight;              // W_r [E, D]; registered by the MoE layer as "gate" -> mlp.gate.weight
+  at::Tensor selection_bias;      // [E], selection only, not trained by gradient
+  at::Tensor norm_scale;          // norm_topk: learnable sigma [1] (mlp.gate.norm_scale, no weight decay)
+  double norm_constant = 1;       // norm_topk: c(E, k)
   bool orthonormal_init = false;  // initialise `weight` with orthonormal rows (UniF-MoE's router)
 
  private:

@@ -198,9 +198,13 @@ std::string dense_checkpoint(const Config& cfg, Model& m, const std::string& nam
   }
   auto dir = (fs::temp_directory_path() / ("mf_upcycle_" + name)).string();
   fs::remove_all(dir);
-  write_checkpoint(dir, {model_tensors(*m), {}, {{"moeforge.config", to_toml(cfg)}, {"moeforge.step", "7"},
-                                                 {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)}},
-                         {{"step", 7}}, ""});
+  write_checkpoint(dir, {model_tensors(*m),
+                         {},
+                         {{"moeforge.config", to_toml(cfg)},
+                          {"moeforge.step", "7"},
+                          {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)}},
+                         {{"step", 7}},
+                         ""});
   return dir;
 }
 

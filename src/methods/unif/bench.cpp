@@ -58,7 +58,8 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt) {
         torch::NoGradGuard g;
         slot->forward(x, aux);
       });
-      r.mean_blocks = slot->last_stats().mean_units_per_token * (name == "unif" ? 1.0 : static_cast<double>(opt.blocks));
+      r.mean_blocks =
+          slot->last_stats().mean_units_per_token * (name == "unif" ? 1.0 : static_cast<double>(opt.blocks));
       slot->train();
       auto xg = x.clone().requires_grad_(true);
       r.train_seconds = best_seconds(opt.iters, [&] {

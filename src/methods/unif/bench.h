@@ -18,11 +18,11 @@ struct UniFBenchOptions {
 };
 
 struct UniFBenchRow {
-  std::string layer;          // "unif", "top-2", "top-1"
+  std::string layer;  // "unif", "top-2", "top-1"
   double input_scale = 1;
-  double mean_blocks = 0;     // activated (expert, block) units per token
-  double infer_seconds = 0;   // forward without grad
-  double train_seconds = 0;   // forward + backward
+  double mean_blocks = 0;    // activated (expert, block) units per token
+  double infer_seconds = 0;  // forward without grad
+  double train_seconds = 0;  // forward + backward
 };
 
 std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt);

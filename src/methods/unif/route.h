@@ -16,20 +16,20 @@
 namespace mf {
 
 struct UniFOptions {
-  int64_t blocks = 8;             // B
-  double fixed_alpha = 0;         // ablation: alpha = this constant (0 = adaptive alpha(x))
-  int64_t residual_top_k = 0;     // ablation: the top-n residual experts (0 = cumulative mass)
-  bool prefix_blocks = false;     // ablation: share the first b blocks instead of the prototypes' choice
+  int64_t blocks = 8;          // B
+  double fixed_alpha = 0;      // ablation: alpha = this constant (0 = adaptive alpha(x))
+  int64_t residual_top_k = 0;  // ablation: the top-n residual experts (0 = cumulative mass)
+  bool prefix_blocks = false;  // ablation: share the first b blocks instead of the prototypes' choice
 };
 
 struct UniFRouting {
-  Assignment assignment;  // pairs over (K + 1) * B units; weight alpha (shared) or p_q (residual)
-  at::Tensor alpha_T;     // with grad through w_shr (none under fixed_alpha)
-  at::Tensor probs_TK;    // softmax over the residual experts, with grad through W_g
-  at::Tensor shared_TB;   // bool: block b is shared for token t
-  at::Tensor chosen_TK;   // bool: residual expert j runs for token t
+  Assignment assignment;          // pairs over (K + 1) * B units; weight alpha (shared) or p_q (residual)
+  at::Tensor alpha_T;             // with grad through w_shr (none under fixed_alpha)
+  at::Tensor probs_TK;            // softmax over the residual experts, with grad through W_g
+  at::Tensor shared_TB;           // bool: block b is shared for token t
+  at::Tensor chosen_TK;           // bool: residual expert j runs for token t
   at::Tensor b_T, k_T, blocks_T;  // int64: shared blocks, residual experts, C_B = b + k (B - b)
-  at::Tensor weight_TJ;   // [T, K + 1] combine weight per expert (alpha, then p where chosen): output biases
+  at::Tensor weight_TJ;           // [T, K + 1] combine weight per expert (alpha, then p where chosen): output biases
 };
 
 double unif_tau(int64_t blocks);

@@ -33,7 +33,7 @@ UniFExtension::UniFExtension(const ModelConfig& c)
 
 void UniFExtension::plan(std::map<int64_t, MoELayerShape>& shapes) {
   for (auto& [layer, s] : shapes) {
-    s.num_experts += 1;  // the shared expert is expert 0 of the bank
+    s.num_experts += 1;       // the shared expert is expert 0 of the bank
     s.top_k = s.num_experts;  // a token may touch every expert (in part): the upper bound of the accounting
     s.vanilla_experts = s.num_experts;
   }
@@ -76,9 +76,10 @@ void validate_unif(const Config& c) {
     throw ConfigError(fmt::format("model.moe.unif.blocks ({}) must be >= 2 and divide model.moe.expert_hidden ({})",
                                   u.blocks, m.moe.expert_hidden));
   if (u.residual_top_k > m.moe.num_experts)
-    throw ConfigError(fmt::format("model.moe.unif.residual_top_k ({}) exceeds the residual experts "
-                                  "(model.moe.num_experts = {})",
-                                  u.residual_top_k, m.moe.num_experts));
+    throw ConfigError(
+        fmt::format("model.moe.unif.residual_top_k ({}) exceeds the residual experts "
+                    "(model.moe.num_experts = {})",
+                    u.residual_top_k, m.moe.num_experts));
   const auto& e = m.moe;
   const std::vector<std::pair<bool, const char*>> refused = {
       {e.n_shared > 0, "model.moe.n_shared (UniF-MoE has its own shared expert)"},
@@ -104,9 +105,9 @@ void register_unif() {
                      "UniF-MoE diversity loss lambda_div on ||W*^T W* - I||_F (mean over MoE layers)", 0, 100),
       key_at<double>("model.moe.unif.fixed_alpha", ref(&UniFConfig::fixed_alpha),
                      "ablation: a constant shared weight alpha (the paper uses 0.4); 0 = adaptive alpha(x)", 0, 0.999),
-      key_at<int64_t>("model.moe.unif.residual_top_k", ref(&UniFConfig::residual_top_k),
-                      "ablation: always the top-n residual experts (the paper uses 2); 0 = cumulative mass >= 1 - alpha",
-                      0, 4096),
+      key_at<int64_t>(
+          "model.moe.unif.residual_top_k", ref(&UniFConfig::residual_top_k),
+          "ablation: always the top-n residual experts (the paper uses 2); 0 = cumulative mass >= 1 - alpha", 0, 4096),
       key_at<std::string>("model.moe.unif.block_select", ref(&UniFConfig::block_select),
                           "which blocks are shared: prototype (largest x . mu_b) or prefix (the first b; ablation)", 1,
                           0, {"prototype", "prefix"}),

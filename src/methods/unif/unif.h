@@ -10,10 +10,10 @@ namespace mf {
 
 // [model.moe.unif]
 struct UniFConfig : MethodSectionOf<UniFConfig> {
-  int64_t blocks = 0;            // B (0 = off); must divide model.moe.expert_hidden
-  double div_loss_coef = 0.01;   // lambda_div of ||W*^T W* - I||_F
-  double fixed_alpha = 0;        // ablation: a constant alpha (the paper's 0.4); 0 = adaptive
-  int64_t residual_top_k = 0;    // ablation: top-n residual experts (the paper's 2); 0 = cumulative mass
+  int64_t blocks = 0;                      // B (0 = off); must divide model.moe.expert_hidden
+  double div_loss_coef = 0.01;             // lambda_div of ||W*^T W* - I||_F
+  double fixed_alpha = 0;                  // ablation: a constant alpha (the paper's 0.4); 0 = adaptive
+  int64_t residual_top_k = 0;              // ablation: top-n residual experts (the paper's 2); 0 = cumulative mass
   std::string block_select = "prototype";  // prototype | prefix (ablation)
 };
 

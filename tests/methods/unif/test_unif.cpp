@@ -193,8 +193,9 @@ TEST(UniFLayer, MatchesPerTokenReferenceWithGradients) {
   fixed.fixed_alpha = 0.4;
   top2.residual_top_k = 2;
   prefix.block_select = "prefix";
-  const std::vector<Case> cases = {{"gelu", true, 3, 4, {}},  {"swiglu", false, 2, 2, {}}, {"gelu", true, 1, 2, {}},
-                                   {"swiglu", true, 4, 3, {}}, {"gelu", true, 3, 4, fixed}, {"gelu", true, 3, 4, top2},
+  const std::vector<Case> cases = {{"gelu", true, 3, 4, {}},       {"swiglu", false, 2, 2, {}},
+                                   {"gelu", true, 1, 2, {}},       {"swiglu", true, 4, 3, {}},
+                                   {"gelu", true, 3, 4, fixed},    {"gelu", true, 3, 4, top2},
                                    {"swiglu", false, 3, 4, prefix}};
   for (const auto& cs : cases) {
     torch::manual_seed(11);
@@ -237,7 +238,8 @@ TEST(UniFLayer, MatchesPerTokenReferenceWithGradients) {
     for (size_t i = 0; i < fast.size(); ++i)
       EXPECT_TRUE(torch::allclose(fast[i], slow[i], 1e-10, 1e-12))
           << cs.act << " K=" << cs.K << " B=" << cs.B << " fixed=" << u.fixed_alpha << " top=" << u.residual_top_k
-          << " " << u.block_select << ": " << names[i] << " max diff " << (fast[i] - slow[i]).abs().max().item<double>();
+          << " " << u.block_select << ": " << names[i] << " max diff "
+          << (fast[i] - slow[i]).abs().max().item<double>();
     // the routing statistics count what ran
     auto stats = slot.last_stats();
     ASSERT_EQ(stats.counts.size(), 3u);
