@@ -168,6 +168,8 @@ expect_ok '"expert_parameters_stored"' -- "$MF" info runs/vit_moe --json
 expect_ok "globally dead" -- "$MF" usage runs/vit_moe --windows 4 --out vit_usage
 grep -q "<rect" vit_usage_heatmap.svg || fail "vit usage heatmap"
 expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
+expect_ok "r(rho, co-activation)" -- "$MF" diagnose runs/vit_moe --windows 4 --tokens 200 --fit-steps 10 --out vit_diag
+grep -q "<circle" vit_diag_alignment.svg || fail "diagnose scatter"
 expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"
 expect_fail 1 'this command needs "lm"' -- "$MF" generate runs/vit --prompt "x"
 # Upcycling the dense ViT into UniF-MoE, fine-tuning it, and its block accounting
@@ -176,4 +178,7 @@ expect_ok '"per_token_least"' -- "$MF" info vit_unif --json
 expect_ok "accuracy" -- "$MF" train --init-from vit_unif --set train.steps=3
 expect_ok "active_blocks" -- "$MF" usage runs/vit-unif --windows 4 --out unif_usage
 expect_fail 2 "not a block number" -- "$MF" upcycle runs/vit --layers 1,x -o vit_bad
+"$MF" repro unif --quick --config "$SRC/configs/repro/unif.toml" --out repro_unif --set train.threads=1 \
+  > repro_unif.txt 2>&1 || { cat repro_unif.txt; fail "repro unif --quick"; }
+grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif results"
 echo "cli smoke: all checks passed"

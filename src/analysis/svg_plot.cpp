@@ -82,9 +82,16 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     const char* color = kColors[k % (sizeof kColors / sizeof *kColors)];
     std::string pts;
     for (size_t i = 0; i < s.x.size(); ++i)
-      if (std::isfinite(s.y[i])) pts += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"/>\n", color,
-                       s.dashed ? 2 : 1.5, s.dashed ? " stroke-dasharray=\"6 3\"" : "", pts);
+      if (std::isfinite(s.y[i])) {
+        if (s.points)
+          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n", px(s.x[i]), py(s.y[i]),
+                             color);
+        else
+          pts += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
+      }
+    if (!s.points)
+      svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"/>\n", color,
+                         s.dashed ? 2 : 1.5, s.dashed ? " stroke-dasharray=\"6 3\"" : "", pts);
     const double ly = T + 14 + 18.0 * static_cast<double>(k);
     svg += fmt::format(
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>"

@@ -10,6 +10,7 @@ struct Series {
   std::string name;
   std::vector<double> x, y;
   bool dashed = false;
+  bool points = false;  // a scatter: one dot per (x, y), no line
 };
 
 struct ChartOptions {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "methods/unif/diagnostics.h"
 #include "methods/unif/route.h"
 #include "methods/unif/unif.h"
 #include "model/moe_ffn.h"
@@ -287,4 +288,60 @@ TEST(UniFLayer, ConfigRules) {
   EXPECT_NE(with("model.moe.unif.residual_top_k=99").find("residual_top_k"), std::string::npos);
   EXPECT_NE(with("model.moe.unif.block_select=random").find("block_select"), std::string::npos);
   EXPECT_NE(config_error({"model.moe.unif.blocks=4"}).find("model.ffn"), std::string::npos);
+}
+
+TEST(UniFDiagnostics, AlignmentCoactivationAndPearsonByHand) {
+  ExpertBank bank(2, 2, 3, Activation::GELU, false);
+  bank.to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    // V_e[h, :] = down[e][:, h]: expert 0 (1,0) (0,1) (1,1); expert 1 (2,0) (1,0) (-1,-1)
+    bank.down_proj[0].copy_(torch::tensor({{1.0, 0.0, 1.0}, {0.0, 1.0, 1.0}}, torch::kFloat64));
+    bank.down_proj[1].copy_(torch::tensor({{2.0, 1.0, -1.0}, {0.0, 0.0, -1.0}}, torch::kFloat64));
+  }
+  auto rho = value_alignment(bank, 0.98);
+  EXPECT_NEAR(rho[0][1].item<double>(), 1.0 / 3, 1e-12);
+  EXPECT_NEAR(rho[0][0].item<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(value_alignment(bank, -1.0)[0][1].item<double>(), 1.0, 1e-12);
+  // tokens 0: {0, 1}, 1: {0, 2}, 2: {1, 2}, 3: {0, 1} -> co(0,1) = 2/4, co(1,2) = 1/4
+  auto co = coactivation(torch::tensor({0, 0, 1, 1, 2, 2, 3, 3}, torch::kLong),
+                         torch::tensor({0, 1, 0, 2, 1, 2, 1, 0}, torch::kLong), 4, 3);
+  EXPECT_NEAR(co[0][1].item<double>(), 0.5, 1e-12);
+  EXPECT_NEAR(co[1][2].item<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(co[0][0].item<double>(), 0.75, 1e-12);
+  EXPECT_NEAR(pearson({1, 2, 3}, {2, 4, 6}), 1.0, 1e-12);
+  EXPECT_NEAR(pearson({1, 2, 3}, {3, 1, 2}), -0.5, 1e-12);
+}
+
+TEST(UniFDiagnostics, ResidualSplitAndDemand) {
+  torch::manual_seed(4);
+  ExpertBank bank(4, 6, 8, Activation::GELU, true);
+  bank.to(torch::kFloat64);
+  randomize(bank);
+  auto x = torch::randn({7, 6}, torch::kFloat64);
+  auto pair = torch::tensor({{0, 1}, {2, 3}, {1, 3}, {0, 2}, {3, 0}, {1, 2}, {2, 1}}, torch::kLong);
+  auto w = torch::rand({7, 2}, torch::kFloat64) + 0.1;
+  auto aligned = aligned_positions(bank, 0.3);
+  auto s = split_residual(bank, aligned, x, pair, w);
+  for (int64_t t = 0; t < 7; ++t) {  // y is the renormalised top-2 output
+    auto wt = w[t] / w[t].sum();
+    auto y = wt[0] * bank.forward_unit(pair[t][0].item<int64_t>(), x[t].unsqueeze(0)) +
+             wt[1] * bank.forward_unit(pair[t][1].item<int64_t>(), x[t].unsqueeze(0));
+    EXPECT_TRUE(torch::allclose(s.y_TD[t], y.squeeze(0), 1e-10, 1e-12)) << t;
+  }
+  // the pair itself first: its residual rows span r exactly -> k_eps <= 2
+  auto rest = torch::zeros({7, 2}, torch::kLong);
+  for (int64_t t = 0; t < 7; ++t) {
+    int64_t n = 0;
+    for (int64_t e = 0; e < 4; ++e)
+      if (e != pair[t][0].item<int64_t>() && e != pair[t][1].item<int64_t>()) rest[t][n++] = e;
+  }
+  auto k = residual_demand(s, torch::cat({pair, rest}, 1), 1e-4);  // ridge leaves ~1e-6 relative
+  EXPECT_TRUE((k <= 2).all().item<bool>()) << k;
+  // pair last: the other two experts cannot rebuild a generic residual to 1e-6 -> k = 3 or 4
+  auto k_last = residual_demand(s, torch::cat({rest, pair}, 1), 1e-4);
+  EXPECT_TRUE((k_last >= 3).all().item<bool>()) << k_last;
+  // everything aligned: no residual, the shared part alone is y -> k = 1
+  auto all = split_residual(bank, aligned_positions(bank, -2.0), x, pair, w);
+  EXPECT_TRUE((residual_demand(all, torch::cat({rest, pair}, 1), 1e-9) == 1).all().item<bool>());
 }
