@@ -134,7 +134,8 @@ struct DataConfig {
   // classify: IDX files (gzip) as Debian's dataset-fashion-mnist installs them
   std::string images_dir = "/usr/share/datasets/fashion-mnist";
   int64_t val_images = 5000;  // the last training images form the validation split
-  bool augment = true;        // random crop (2-pixel padding) and horizontal flip
+  bool augment = true;        // random crop (crop_padding-pixel padding) and horizontal flip
+  int64_t crop_padding = 2;
 };
 
 struct TrainConfig {

@@ -96,7 +96,9 @@ std::vector<KeySpec> build_schema() {
       key("data.val_images", &C::data, &DataConfig::val_images,
           "classify: the last N training images form the validation split", 0, 1e7),
       key("data.augment", &C::data, &DataConfig::augment,
-          "classify: random crop after 2-pixel zero padding, and horizontal flip"),
+          "classify: random crop after zero padding (data.crop_padding pixels), and horizontal flip"),
+      key("data.crop_padding", &C::data, &DataConfig::crop_padding,
+          "classify, with data.augment: the largest shift in pixels (0 = flips only)", 0, 16),
 
       key("train.seed", &C::train, &TrainConfig::seed, "seed for init and data order", 0, 9e15),
       key("train.steps", &C::train, &TrainConfig::steps, "optimizer steps", 1, 1e12),

@@ -63,7 +63,7 @@ class ClassifyTask : public ModelTask<VisionTransformer> {
   explicit ClassifyTask(const Config& c)
       : cfg_(c),
         data_(c.data.images_dir, c.data.val_images),
-        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment) {
+        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment, c.data.crop_padding) {
     model_ = VisionTransformer(c.model);
   }
   at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {

@@ -262,5 +262,16 @@ TEST(Images, AugmentationShiftsByAtMostThePaddingAndFlips) {
   EXPECT_GT(flipped, 30);  // about half of 160
   EXPECT_GT(kept, 30);
   EXPECT_GT(shifts.size(), 15u);  // of the 25 offsets in [-2, 2]^2
+  // no padding: flips only, the pixel stays on its row and on its column or the mirrored one
+  ImageSampler flips(data, 3, /*augment=*/true, /*pad=*/0);
+  for (int64_t step = 0; step < 5; ++step) {
+    auto b = flips.sample(step, 0, 8);
+    for (int64_t i = 0; i < 8; ++i) {
+      const auto label = b.labels[i].item<int64_t>();
+      auto at = b.images[i][0].argmax().item<int64_t>();
+      EXPECT_EQ(at / 28, rows[label]);
+      EXPECT_TRUE(at % 28 == cols[label] || at % 28 == 27 - cols[label]);
+    }
+  }
   fs::remove_all(dir);
 }

@@ -188,7 +188,8 @@ std::vector<std::string> write_diagnosis(const std::vector<LayerDiagnosis>& d, c
                         {"rho", l.rho},
                         {"coactivation", l.coactivation}};
     if (!l.k_histogram.empty()) {
-      Series s{fmt::format("block {} (mean {:.2f})", l.layer, l.mean_k)};
+      Series s;
+      s.name = fmt::format("block {} (mean {:.2f})", l.layer, l.mean_k);
       double total = 0, n = 0;
       for (auto c : l.k_histogram) n += static_cast<double>(c);
       for (size_t m = 0; m < l.k_histogram.size(); ++m) {
