@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/timing.h"
 #include "core/util.h"
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
@@ -25,18 +26,6 @@ struct Shape {
   int64_t T, d, E, k, F;
 };
 
-// best-of-`iters` seconds of f() after one warm-up call
-template <class Fn>
-double best_seconds(int iters, Fn f) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 // default_env: run the peer as a user's shell would, without the OMP_WAIT_POLICY=PASSIVE
 // that moeforge sets for itself (and its children inherit).

@@ -2,25 +2,12 @@
 
 #include <torch/torch.h>
 
-#include <chrono>
-
+#include "core/timing.h"
 #include "methods/unif/unif.h"
 #include "model/params.h"
 
 namespace mf {
 namespace {
-
-template <class Fn>
-double best_seconds(int iters, Fn f) {
-  f();  // warm-up
-  double best = 1e30;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 ModelConfig layer_config(const UniFBenchOptions& o, int64_t top_k, bool unif) {
   ModelConfig c;

@@ -82,7 +82,7 @@ Measured measure(const std::string& dir, const std::vector<int64_t>& layers, int
     }
     batches += static_cast<double>(moe.size());
   });
-  Measured r{ev.accuracy, ev.loss, 1e3 * seconds / static_cast<double>(ev.count)};
+  Measured r{ev.accuracy, ev.loss, 1e6 * seconds / static_cast<double>(ev.count)};  // ms per 1,000 images
   if (batches > 0) r.blocks = blocks / batches, r.k = k / batches, r.b = b / batches;
   if (moe.empty()) r.blocks = static_cast<double>(B), r.k = 1;  // the dense FFN: one whole expert
   return r;
@@ -110,6 +110,11 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   base.run.name = "unif-dense-pretrain";
   spdlog::info("repro unif: pretraining the dense backbone ({} steps)", base.train.steps);
   const auto dense_dir = run_variant(base);
+  double train_seconds = 0;  // from each run's summary, so reused runs count too
+  auto add_training = [&](const std::string& dir) {
+    train_seconds += nlohmann::json::parse(read_file(dir + "/summary.json")).value("elapsed_s", 0.0);
+  };
+  add_training(dense_dir);
   const auto all = arms(opt);
   std::map<std::string, std::vector<Measured>> res;
   std::map<std::string, int64_t> params;
@@ -138,6 +143,7 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
       validate(cfg);
       spdlog::info("repro unif: {} seed {}", arm.label, s);
       const auto dir = run_variant(cfg, init);
+      add_training(dir);
       res[arm.name].push_back(measure(dir, layers, opt.blocks, args.quick ? 1000 : 0));
       if (s == 0) params[arm.name] = load_classifier(dir).model->param_counts().total;
     }
@@ -160,14 +166,15 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
       "upcycled with K = {} experts of width {} in B = {} blocks (UniF-MoE: + its shared expert), every arm and a "
       "dense control fine-tuned {} steps (lr {}, same batches per seed), {} seed(s). Test split ({}). "
       "Activated blocks per token: UniF-MoE's measured C_B = b + k(B - b); top-k: k·B; top-p: measured k·B. "
-      "Inference: the two upcycled FFN slots only, no grad, batches of 500, ms per 1,000 images. Total runtime "
-      "{:.1f} min on {} threads.\n\n"
+      "Inference: the two upcycled FFN slots only, no grad, batches of 500, ms per 1,000 images. Training "
+      "{:.1f} min summed over the runs (their summaries), this invocation {:.1f} min, {} threads.\n\n"
       "| arm | params | test accuracy % | test loss | activated blocks | k | b | slot ms / 1k images |\n"
       "|---|---|---|---|---|---|---|---|\n",
       args.command_line("unif"), opt.finetune_steps, opt.experts, opt.blocks, opt.layers, m.d_model, m.n_layers,
       m.ffn_hidden, base.train.steps, opt.layers, opt.experts, m.ffn_hidden, opt.blocks, finetune, opt.finetune_lr,
-      args.seeds, args.quick ? "its first 1,000 images" : "10,000 images", minutes, base.train.threads);
-  nlohmann::json js = {{"minutes", minutes}, {"seeds", args.seeds}};
+      args.seeds, args.quick ? "its first 1,000 images" : "10,000 images", train_seconds / 60, minutes,
+      base.train.threads);
+  nlohmann::json js = {{"minutes", minutes}, {"training_minutes", train_seconds / 60}, {"seeds", args.seeds}};
   for (const auto& arm : all) {
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", arm.label, params[arm.name],
                       mean_std(arm.name, &Measured::accuracy, 100, 2), mean_std(arm.name, &Measured::loss, 1, 4),

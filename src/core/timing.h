@@ -1,0 +1,21 @@
+// Wall-clock timing for benchmarks.
+#pragma once
+#include <algorithm>
+#include <chrono>
+
+namespace mf {
+
+// best-of-`iters` seconds of f() after one warm-up call
+template <class Fn>
+double best_seconds(int iters, Fn f) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace mf
