@@ -58,7 +58,10 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return T + (1 - (y - y0) / (y1 - y0)) * ph; };
 
-  std::string svg = svg_header(opt.width, opt.height, L + pw / 2, opt.title);
+  size_t longest = 0;  // the legend gets the room its longest name needs (~7 px a character)
+  for (auto& s : series) longest = std::max(longest, s.name.size());
+  const int width = opt.width + static_cast<int>(std::max(0.0, 7.0 * static_cast<double>(longest) - (R - 46)));
+  std::string svg = svg_header(width, opt.height, L + pw / 2, opt.title);
   for (double v = std::ceil(y0 / nice_step(y0, y1, 6)) * nice_step(y0, y1, 6); v <= y1 + 1e-12;
        v += nice_step(y0, y1, 6))
     svg += fmt::format(
