@@ -283,16 +283,7 @@ void register_model_commands(CLI::App& app) {
   up->add_option("--seed", uo.seed, "router initialisation and noise")->capture_default_str();
   add_set_option(up, uo.sets);
   up->callback([] {
-    std::stringstream ss(up_layers);
-    for (std::string item; std::getline(ss, item, ',');) {
-      size_t used = 0;
-      try {
-        uo.layers.push_back(std::stoll(item, &used));
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != item.size()) throw ConfigError("upcycle --layers: '" + item + "' is not a block number");
-    }
+    uo.layers = parse_block_list(up_layers, "upcycle --layers");
     auto r = upcycle(up_in, up_out, uo);
     std::cout << fmt::format("wrote {}: {} dense FFN tensors became experts, {} tensors copied as they are\n", up_out,
                              r.converted, r.copied);

@@ -23,6 +23,9 @@ struct UpcycleOptions {
   std::vector<std::string> sets;  // further KEY=VALUE overrides of the upcycled config
 };
 
+// "1,3" -> {1, 3}; anything else is a ConfigError naming `option`
+std::vector<int64_t> parse_block_list(const std::string& text, const std::string& option);
+
 // The upcycled model's config: the dense config with model.ffn = "moe" on the chosen blocks
 // (model.moe.dense_ffn keeps the others as they were) and the method's keys.
 Config upcycled_config(const Config& dense, const UpcycleOptions& opt);

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <sstream>
 
 #include "analysis/svg_plot.h"
 #include "core/util.h"
@@ -88,13 +87,6 @@ Measured measure(const std::string& dir, const std::vector<int64_t>& layers, int
   return r;
 }
 
-std::vector<int64_t> parse_layers(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoll(item));
-  return v;
-}
-
 }  // namespace
 
 ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
@@ -105,7 +97,7 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   if (base.model.task != "classify" || base.model.ffn != "gelu")
     throw ConfigError(
         "repro unif: the base config must be a dense ViT (model.task = \"classify\", model.ffn = \"gelu\")");
-  const auto layers = parse_layers(opt.layers);
+  const auto layers = parse_block_list(opt.layers, "repro unif --layers");
   const int64_t finetune = args.quick ? 4 : opt.finetune_steps;
   base.run.name = "unif-dense-pretrain";
   spdlog::info("repro unif: pretraining the dense backbone ({} steps)", base.train.steps);

@@ -43,9 +43,10 @@ void UniFExtension::attach(MoEFeedForward& slot) { slot.gate->orthonormal_init =
 
 at::Tensor UniFExtension::forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed,
                                          bool record) {
-  TORCH_CHECK(!slot.random_routing && !slot.dispatch_hook,
-              "the routing probes and the Jacobian analysis work on whole experts; UniF-MoE layers route (expert, "
-              "block) units and are not supported by them");
+  if (slot.random_routing || slot.dispatch_hook)  // a plain exception: one line for the user, no LibTorch trace
+    throw std::invalid_argument(
+        "the routing probe, the Jacobian analysis and diagnose work on whole experts; UniF-MoE layers route "
+        "(expert, block) units and are not supported by them");
   const int64_t B = options_.blocks, K = slot.experts->num_units() - 1;
   auto x = x_TD.scalar_type() == at::kDouble ? x_TD : x_TD.to(at::kFloat);  // router math in float32 at least
   auto logits_TJ = at::matmul(x, slot.gate->weight.to(x.scalar_type()).t());
@@ -61,7 +62,6 @@ at::Tensor UniFExtension::forward_routed(MoEFeedForward& slot, const at::Tensor&
   routed.scores_TE = r.probs_TK;
   if (div_loss_coef_ > 0) routed.losses.emplace_back("div", div_loss_coef_ * unif_diversity_loss(slot.gate->weight));
   routed.counts = {{"shared_blocks", r.b_T, B}, {"residual_experts", r.k_T, K}, {"active_blocks", r.blocks_T, K * B}};
-  if (routing_hook) routing_hook(slot, r);
   return y_TD;
 }
 

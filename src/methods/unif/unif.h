@@ -36,8 +36,6 @@ class UniFExtension : public MoEExtension {
   void plan(std::map<int64_t, MoELayerShape>& shapes) override;
   void attach(MoEFeedForward& slot) override;
   at::Tensor forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed, bool record) override;
-  // the last forward's routing of one slot (analyses read it)
-  std::function<void(const MoEFeedForward&, const UniFRouting&)> routing_hook;
 
  private:
   UniFOptions options_;
