@@ -16,6 +16,7 @@ void register_bench_commands(CLI::App& app);     // bench moe
 void register_analysis_commands(CLI::App& app);  // usage, probe
 void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
 void register_latent_commands(CLI::App& app);    // shape, id, jacobian
+void register_umoe_commands(CLI::App& app);      // saliency, umoe
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);

@@ -44,7 +44,7 @@ void prune_checkpoints(const std::string& ckpt_root, int64_t keep) {
   for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i) fs::remove_all(dirs[i]);
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
+std::string checkpoint_dir(const std::string& path) {
   fs::path p(path);
   if (fs::is_regular_file(p)) p = p.parent_path();
   if (fs::is_directory(p / "checkpoints")) {
@@ -54,20 +54,26 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   if (!fs::exists(p / "model.safetensors"))
     throw FormatError(fmt::format("'{}' is not a checkpoint (no model.safetensors)", path));
+  return p.string();
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
   Checkpoint c;
-  c.dir = p.string();
-  c.model = load_safetensors((p / "model.safetensors").string());
+  c.dir = checkpoint_dir(path);
+  c.model = load_safetensors((fs::path(c.dir) / "model.safetensors").string());
   return c;
 }
 
 std::string Checkpoint::tokenizer_path() const { return (fs::path(dir) / "tokenizer.model").string(); }
 
-std::string Checkpoint::config_toml() const {
-  auto it = model.metadata.find("moeforge.config");
-  if (it == model.metadata.end())
+std::string config_toml_of(const Metadata& metadata, const std::string& dir) {
+  auto it = metadata.find("moeforge.config");
+  if (it == metadata.end())
     throw FormatError(fmt::format("{}: model.safetensors lacks the moeforge.config metadata", dir));
   return it->second;
 }
+
+std::string Checkpoint::config_toml() const { return config_toml_of(model.metadata, dir); }
 
 nlohmann::json Checkpoint::trainer_state() const {
   auto f = (fs::path(dir) / "trainer_state.json").string();

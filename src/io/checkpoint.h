@@ -30,6 +30,8 @@ struct Checkpoint {
 
 // `path` is a checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
 Checkpoint read_checkpoint(const std::string& path);
+std::string checkpoint_dir(const std::string& path);  // the directory read_checkpoint would read, nothing loaded
+std::string config_toml_of(const Metadata& model_metadata, const std::string& dir);  // moeforge.config
 std::string latest_checkpoint(const std::string& run_dir);  // "" if none
 void prune_checkpoints(const std::string& ckpt_root, int64_t keep);
 

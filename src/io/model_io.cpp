@@ -35,10 +35,13 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
 }
 
 Config checkpoint_config(const std::string& ckpt_path) {
-  auto ck = read_checkpoint(ckpt_path);
+  const auto dir = checkpoint_dir(ckpt_path);  // the header only: a model larger than memory is fine
+  const auto metadata = read_safetensors_metadata(dir + "/model.safetensors");
   Config cfg;
-  apply_toml_text(cfg, ck.config_toml(), ck.dir + "/model.safetensors [moeforge.config]");
-  cfg.model.vocab_size = std::stoll(ck.metadata().at("moeforge.vocab_size"));
+  apply_toml_text(cfg, config_toml_of(metadata, dir), dir + "/model.safetensors [moeforge.config]");
+  auto it = metadata.find("moeforge.vocab_size");
+  if (it == metadata.end()) throw FormatError(dir + "/model.safetensors lacks the moeforge.vocab_size metadata");
+  cfg.model.vocab_size = std::stoll(it->second);
   return cfg;
 }
 

@@ -74,33 +74,29 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   write_file_atomic(path, serialize_safetensors(tensors, metadata));
 }
 
-SafetensorsData parse_safetensors(const std::string& bytes, const std::string& src) {
+namespace {
+
+uint64_t header_length(const char* first8) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(first8[i])) << (8 * i);
+  return n;
+}
+
+// Parses and validates the JSON header against `data_size` bytes of tensor data.
+SafetensorsHeader parse_header(const char* json, uint64_t n, uint64_t data_size, const std::string& src) {
   auto fail = [&](const std::string& why) {
     return FormatError(fmt::format("{}: not a valid safetensors file: {}", src, why));
   };
-  if (bytes.size() < 8)
-    throw fail(fmt::format("file is {} bytes, shorter than the 8-byte header length", bytes.size()));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > kMaxHeader) throw fail(fmt::format("header length {} is implausible (> {} bytes)", n, kMaxHeader));
-  if (n > bytes.size() - 8)
-    throw fail(fmt::format("header length {} exceeds the file size {} (truncated?)", n, bytes.size()));
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    header = nlohmann::json::parse(json, json + n);
   } catch (const nlohmann::json::exception& e) {
     throw fail(std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const char* data = bytes.data() + 8 + n;
-
-  SafetensorsData out;
-  struct Span {
-    uint64_t b, e;
-    std::string name;
-  };
-  std::vector<Span> spans;
+  SafetensorsHeader out;
+  out.data_start = 8 + n;
+  std::vector<const SafetensorsHeader::Entry*> spans;
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) throw fail("__metadata__ is not an object");
@@ -115,7 +111,8 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
     const auto& jd = entry["dtype"];
     const DtypeInfo* d = jd.is_string() ? by_name(jd.get<std::string>()) : nullptr;
     if (!d) throw fail(fmt::format("tensor '{}' has unsupported dtype {}", name, jd.dump()));
-    std::vector<int64_t> shape;
+    SafetensorsHeader::Entry t;
+    t.dtype = d->type;
     uint64_t numel = 1;
     if (!entry["shape"].is_array()) throw fail(fmt::format("tensor '{}' shape is not an array", name));
     for (auto& s : entry["shape"]) {
@@ -124,31 +121,58 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& s
       if (dim > (1ull << 40) || (dim && numel > (1ull << 40) / dim))
         throw fail(fmt::format("tensor '{}' is implausibly large", name));
       numel *= dim;
-      shape.push_back(static_cast<int64_t>(dim));
+      t.shape.push_back(static_cast<int64_t>(dim));
     }
     const auto& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw fail(fmt::format("tensor '{}' data_offsets must be two non-negative integers", name));
-    uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size)
-      throw fail(fmt::format("tensor '{}' data_offsets [{}, {}] out of bounds (data is {} bytes; truncated?)", name, b,
-                             e, data_size));
-    if (e - b != numel * d->size)
-      throw fail(fmt::format("tensor '{}' has {} bytes but shape needs {}", name, e - b, numel * d->size));
-    spans.push_back({b, e, name});
-    auto t = at::empty(shape, at::TensorOptions().dtype(d->type));
-    if (numel) std::memcpy(t.data_ptr(), data + b, e - b);
-    out.tensors.emplace(name, std::move(t));
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    if (t.begin > t.end || t.end > data_size)
+      throw fail(fmt::format("tensor '{}' data_offsets [{}, {}] out of bounds (data is {} bytes; truncated?)", name,
+                             t.begin, t.end, data_size));
+    if (t.end - t.begin != numel * d->size)
+      throw fail(fmt::format("tensor '{}' has {} bytes but shape needs {}", name, t.end - t.begin, numel * d->size));
+    spans.push_back(&out.tensors.emplace(name, std::move(t)).first->second);
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const Span& a, const Span& b) { return a.b < b.b || (a.b == b.b && a.e < b.e); });
+  std::sort(spans.begin(), spans.end(), [](auto* a, auto* b) { return a->begin < b->begin || (a->begin == b->begin && a->end < b->end); });
   uint64_t cursor = 0;
-  for (const auto& s : spans) {
-    if (s.b < cursor) throw fail(fmt::format("tensor '{}' overlaps another tensor", s.name));
-    if (s.b > cursor) throw fail(fmt::format("hole in data before tensor '{}'", s.name));
-    cursor = s.e;
+  auto name_of = [&](const SafetensorsHeader::Entry* e) {
+    for (auto& [k, v] : out.tensors)
+      if (&v == e) return k;
+    return std::string();
+  };
+  for (const auto* s : spans) {
+    if (s->begin < cursor) throw fail(fmt::format("tensor '{}' overlaps another tensor", name_of(s)));
+    if (s->begin > cursor) throw fail(fmt::format("hole in data before tensor '{}'", name_of(s)));
+    cursor = s->end;
   }
   if (cursor != data_size) throw fail(fmt::format("{} trailing bytes after the last tensor", data_size - cursor));
+  return out;
+}
+
+at::Tensor tensor_of(const SafetensorsHeader::Entry& e, const char* bytes) {
+  auto t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+  if (e.end > e.begin) std::memcpy(t.data_ptr(), bytes, e.end - e.begin);
+  return t;
+}
+
+}  // namespace
+
+SafetensorsData parse_safetensors(const std::string& bytes, const std::string& src) {
+  if (bytes.size() < 8)
+    throw FormatError(fmt::format("{}: not a valid safetensors file: file is {} bytes, shorter than the 8-byte "
+                                  "header length",
+                                  src, bytes.size()));
+  const uint64_t n = header_length(bytes.data());
+  if (n > kMaxHeader || n > bytes.size() - 8)
+    throw FormatError(fmt::format("{}: not a valid safetensors file: header length {} exceeds the file size {} or "
+                                  "{} bytes (truncated?)",
+                                  src, n, bytes.size(), kMaxHeader));
+  const auto header = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, src);
+  SafetensorsData out;
+  out.metadata = header.metadata;
+  for (auto& [name, e] : header.tensors) out.tensors.emplace(name, tensor_of(e, bytes.data() + header.data_start + e.begin));
   return out;
 }
 
@@ -162,6 +186,44 @@ SafetensorsData load_safetensors(const std::string& path) {
   return parse_safetensors(bytes, path);
 }
 
-Metadata read_safetensors_metadata(const std::string& path) { return load_safetensors(path).metadata; }
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw FormatError(fmt::format("{}: cannot open the file", path));
+  const auto size = static_cast<uint64_t>(f.tellg());
+  char first8[8];
+  f.seekg(0);
+  if (size < 8 || !f.read(first8, 8))
+    throw FormatError(fmt::format("{}: not a valid safetensors file: shorter than the 8-byte header length", path));
+  const uint64_t n = header_length(first8);
+  if (n > kMaxHeader || n > size - 8)
+    throw FormatError(fmt::format("{}: not a valid safetensors file: header length {} exceeds the file size {} or "
+                                  "{} bytes (truncated?)",
+                                  path, n, size, kMaxHeader));
+  std::string json(n, '\0');
+  f.read(json.data(), static_cast<std::streamsize>(n));
+  header_ = parse_header(json.data(), n, size - 8 - n, path);
+}
+
+at::Tensor SafetensorsFile::read(const std::string& name) const {
+  auto it = header_.tensors.find(name);
+  if (it == header_.tensors.end()) throw FormatError(fmt::format("{}: no tensor named '{}'", path_, name));
+  const auto& e = it->second;
+  std::ifstream f(path_, std::ios::binary);
+  std::string bytes(e.end - e.begin, '\0');
+  f.seekg(static_cast<std::streamoff>(header_.data_start + e.begin));
+  if (!f.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+    throw FormatError(fmt::format("{}: could not read tensor '{}' (file changed or truncated?)", path_, name));
+  return tensor_of(e, bytes.data());
+}
+
+SafetensorsData SafetensorsFile::read_prefix(const std::string& prefix) const {
+  SafetensorsData out;
+  out.metadata = header_.metadata;
+  for (auto& [name, e] : header_.tensors)
+    if (name.rfind(prefix, 0) == 0) out.tensors.emplace(name, read(name));
+  return out;
+}
+
+Metadata read_safetensors_metadata(const std::string& path) { return SafetensorsFile(path).metadata(); }
 
 }  // namespace mf

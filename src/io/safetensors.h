@@ -33,6 +33,33 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 // no holes) and throws FormatError naming the file and the problem.
 SafetensorsData parse_safetensors(const std::string& bytes, const std::string& source);
 SafetensorsData load_safetensors(const std::string& path);
-Metadata read_safetensors_metadata(const std::string& path);
+Metadata read_safetensors_metadata(const std::string& path);  // reads the header only
+
+// What the JSON header says: each tensor's dtype, shape and byte range in the data section.
+struct SafetensorsHeader {
+  struct Entry {
+    at::ScalarType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0, end = 0;  // relative to data_start
+  };
+  std::map<std::string, Entry> tensors;
+  Metadata metadata;
+  uint64_t data_start = 0;
+};
+
+// A file opened by its header (validated as parse_safetensors does) whose tensors are read one
+// at a time on demand: a checkpoint larger than memory is streamed tensor by tensor.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  const SafetensorsHeader& header() const { return header_; }
+  const Metadata& metadata() const { return header_.metadata; }
+  at::Tensor read(const std::string& name) const;  // throws FormatError naming the file and tensor
+  SafetensorsData read_prefix(const std::string& prefix) const;  // every tensor whose name starts so
+
+ private:
+  std::string path_;
+  SafetensorsHeader header_;
+};
 
 }  // namespace mf

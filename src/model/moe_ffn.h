@@ -82,8 +82,9 @@ class MoEFeedForward : public FeedForward {
     uint64_t seed = 0;
   };
   std::optional<RandomRouting> random_routing;
-  // Sees what the routed experts get (latent rows for LatentMoE) and the assignment (diagnostics).
-  std::function<void(const at::Tensor& units_input, const Assignment&)> dispatch_hook;
+  // Sees what the routed experts get (latent rows for LatentMoE) and the router's output
+  // (assignment, scores) before dispatch (diagnostics, saliency).
+  std::function<void(const at::Tensor& units_input, const RouterOutput& routed)> dispatch_hook;
 
   Router gate{nullptr};
   std::shared_ptr<ExpertBank> experts, shared_experts;

@@ -56,7 +56,8 @@ std::vector<LayerJacobianRank> jacobian_ranks(TransformerLM& model, const Prepar
     auto& m = *moe[i];
     out[i].layer = m.layer;
     out[i].q = std::min(m.experts->gate_up_proj.size(2), m.experts->down_proj.size(2));
-    m.dispatch_hook = [&, i](const at::Tensor& rows, const Assignment& a) {
+    m.dispatch_hook = [&, i](const at::Tensor& rows, const RouterOutput& routed) {
+      const auto& a = routed.assignment;
       for (auto p :
            spread_over_units(a.unit_P, std::min(per_domain, samples - static_cast<int64_t>(ranks[i].size())))) {
         auto J = expert_jacobian(*moe[i]->experts, a.unit_P[p].item<int64_t>(), rows[a.token_P[p].item<int64_t>()]);

@@ -120,7 +120,8 @@ std::vector<LayerDiagnosis> diagnose_motivation(const Evaluable& model, const Di
   std::vector<std::vector<at::Tensor>> rows(moe.size()), tokens(moe.size()), units(moe.size()), weights(moe.size());
   std::vector<int64_t> seen(moe.size(), 0);
   for (size_t i = 0; i < moe.size(); ++i)
-    moe[i]->dispatch_hook = [&, i](const at::Tensor& x, const Assignment& a) {
+    moe[i]->dispatch_hook = [&, i](const at::Tensor& x, const RouterOutput& routed) {
+      const auto& a = routed.assignment;
       if (seen[i] >= opt.tokens) return;
       rows[i].push_back(x.detach());
       tokens[i].push_back(a.token_P + seen[i]);

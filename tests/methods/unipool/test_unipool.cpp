@@ -227,7 +227,8 @@ TEST(SharedPool, InModelPoolLossUsesNormScoresAndPreviousFractions) {
   const int64_t M = 16, L = 4;
   std::vector<at::Tensor> units(L), scores(L);
   for (int64_t l = 0; l < L; ++l)
-    layers[l]->dispatch_hook = [&, l](const at::Tensor& x_TD, const Assignment& a) {
+    layers[l]->dispatch_hook = [&, l](const at::Tensor& x_TD, const RouterOutput& routed) {
+      const auto& a = routed.assignment;
       auto& gate = layers[l]->gate;
       units[l] = a.unit_P.clone();
       scores[l] = norm_router_scores(torch::matmul(x_TD, gate->weight.t()), gate->norm_scale, gate->norm_constant,
@@ -266,7 +267,8 @@ TEST(Probe, RandomRoutingDrawsDistinctCandidatesAndMatchedSetIsMostUsed) {
   const std::vector<int64_t> candidates = {11, 2, 7};
   layer->random_routing = MoEFeedForward::RandomRouting{candidates, 3};
   at::Tensor unit_P;
-  layer->dispatch_hook = [&](const at::Tensor&, const Assignment& a) { unit_P = a.unit_P.clone(); };
+  layer->dispatch_hook = [&](const at::Tensor&, const RouterOutput& routed) {
+      const auto& a = routed.assignment; unit_P = a.unit_P.clone(); };
   m->forward(torch::randint(0, 37, {3, 20}, torch::kLong));
   auto u_TK = unit_P.view({-1, 2});
   std::set<int64_t> seen;

@@ -1,0 +1,68 @@
+#include "methods/umoe/umoe.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/util.h"
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+
+namespace mf {
+
+std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, const CalibrationSource& calib,
+                                               int64_t batch, bool layerwise, LayerwisePeak* peak) {
+  const Config cfg = checkpoint_config(checkpoint);
+  check_reap_model(cfg.model);
+  const auto tokenizer = checkpoint_dir(checkpoint) + "/tokenizer.model";
+  const auto windows = calibration_windows(calib, cfg, tokenizer);
+  if (layerwise) return layerwise_saliency(checkpoint, windows, batch, peak);
+  auto l = load_model(checkpoint);
+  auto s = model_saliency(*l.model, windows, batch);
+  if (peak) peak->peak_rss_bytes = peak_rss_bytes();
+  return s;
+}
+
+UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
+                     const std::string& out, int64_t batch, bool layerwise) {
+  UMoEOutcome r;
+  r.saliency = checkpoint_saliency(checkpoint, calib, batch, layerwise);
+  auto ck = read_checkpoint(checkpoint);
+  const Config cfg = checkpoint_config(checkpoint);
+  r.surgery = umoe_surgery(ck.model.tensors, cfg, r.saliency, opt);
+  Metadata meta = ck.metadata();
+  meta["moeforge.config"] = to_toml(r.surgery.config);
+  meta["moeforge.step"] = "0";
+  meta["moeforge.umoe_from"] = ck.dir;
+  NamedTensors tensors(r.surgery.tensors.begin(), r.surgery.tensors.end());
+  const auto tokenizer = std::filesystem::exists(ck.tokenizer_path()) ? ck.tokenizer_path() : "";
+  auto report = surgery_report(r.surgery, r.saliency, opt);
+  report["checkpoint"] = ck.dir;
+  report["calibration"] = {{"source", calib.source}, {"samples", calib.samples},
+                           {"seq_len", calib.seq_len > 0 ? calib.seq_len : cfg.train.seq_len}};
+  write_checkpoint(out, {tensors, {}, meta, {{"step", 0}, {"umoe_from", ck.dir}}, tokenizer});
+  r.report_path = out + "/umoe_report.json";
+  write_file_atomic(r.report_path, report.dump(2) + "\n");
+  write_file_atomic(out + "/saliency.svg",
+                    saliency_svg(r.saliency, fmt::format("{} — REAP saliency on {}", cfg.run.name,
+                                                         calibration_label(calib.source))));
+  return r;
+}
+
+void restrict_to_domain(Config& cfg, const std::string& domain) {
+  const std::vector<std::pair<std::string, double*>> weights = {{"dictionary", &cfg.data.weight_dictionary},
+                                                                {"scripture", &cfg.data.weight_scripture},
+                                                                {"technical", &cfg.data.weight_technical},
+                                                                {"quotations", &cfg.data.weight_quotations}};
+  bool found = false;
+  for (auto& [name, w] : weights) {
+    *w = name == domain ? 1.0 : 0.0;
+    found = found || name == domain;
+  }
+  if (!found)
+    throw std::invalid_argument(
+        fmt::format("'{}' is not a domain of the built-in corpus (dictionary, scripture, technical, quotations)",
+                    domain));
+}
+
+}  // namespace mf

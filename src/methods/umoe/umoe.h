@@ -1,0 +1,30 @@
+// UMoE end to end on a checkpoint: calibration -> REAP saliency -> surgery -> a checkpoint of
+// the same architecture (or, prune-only, fewer experts) plus umoe_report.json. The domain
+// fine-tune that follows is `moeforge train --init-from OUT` with the data restricted to the
+// target domain (data.weight_<domain>); the optimizer and learning-rate schedule start fresh.
+#pragma once
+#include <string>
+
+#include "methods/umoe/calibration.h"
+#include "methods/umoe/surgery.h"
+
+namespace mf {
+
+// Saliency of a checkpoint's MoE layers on a calibration source; `layerwise` streams one
+// block at a time (`peak` then records memory).
+std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, const CalibrationSource& calib,
+                                               int64_t batch, bool layerwise, LayerwisePeak* peak = nullptr);
+
+struct UMoEOutcome {
+  std::vector<LayerSaliency> saliency;
+  SurgeryResult surgery;
+  std::string report_path;
+};
+// Writes the checkpoint to `out` (atomically), out/umoe_report.json and out/saliency.svg.
+UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
+                     const std::string& out, int64_t batch = 8, bool layerwise = false);
+
+// `cfg` with the training mixture restricted to one domain of the corpus (weight 1, others 0).
+void restrict_to_domain(Config& cfg, const std::string& domain);
+
+}  // namespace mf
