@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -117,6 +117,22 @@ grep -q '"moe":\[{' runs/moe/metrics.jsonl || fail "no per-layer MoE metrics"
 grep -q '"load":\[' runs/moe/metrics.jsonl || fail "no expert load in metrics"
 expect_ok '"num_experts": 4' -- "$MF" info runs/moe --json
 expect_exact_resume moe "${MOE[@]}"
+# UMoE: REAP saliency (whole model, layer by layer, a text file), surgery, domain fine-tune, errors
+expect_ok "lowest-saliency 50 %" -- "$MF" saliency runs/moe --calib technical --samples 4
+[ -s "$(ls -d runs/moe/checkpoints/step_* | tail -1)/saliency_technical.svg" ] || fail "saliency svg"
+expect_ok "layer-by-layer: peak RSS" -- "$MF" saliency runs/moe --calib technical --samples 4 --layerwise -o sal_lw
+grep -q '"saliency"' sal_lw.json || fail "saliency json"
+echo "The quick brown fox jumps over the lazy dog, and the dog sleeps in the warm afternoon sun." > calib.txt
+expect_ok "tokens" -- "$MF" saliency runs/moe --calib calib.txt --samples 2 --seq-len 8
+expect_ok "slot <- parent" -- "$MF" umoe runs/moe --calib technical --samples 4 --seed 1 -o moe_umoe
+grep -q '"parent"' moe_umoe/umoe_report.json || fail "umoe report"
+expect_ok "perplexity" -- "$MF" train --init-from moe_umoe --set train.steps=3 --set run.name=moe_sft \
+  --set data.weight_dictionary=0 --set data.weight_scripture=0 --set data.weight_quotations=0
+expect_ok "kept" -- "$MF" umoe runs/moe --calib technical --samples 4 --prune-only -o moe_pruned
+expect_ok '"num_experts": 2' -- "$MF" info moe_pruned --json
+expect_fail 1 "\-\-prune must lie" -- "$MF" umoe runs/moe --calib technical --prune 1.5 -o moe_bad
+expect_fail 1 "neither a file nor a domain" -- "$MF" saliency runs/moe --calib poetry
+expect_fail 1 "no MoE layers" -- "$MF" saliency runs/smoke --calib technical
 # UniPool: one shared pool + NormRouter + pool aux; accounting, usage pictures, probe, exact resume
 POOL=(--set model.ffn=moe --set model.moe.num_experts=3 --set model.moe.top_k=1 --set model.moe.expert_hidden=16
       --set model.moe.unipool.groups=1 --set model.moe.router=norm_topk --set model.moe.aux_loss_coef=0
@@ -181,4 +197,10 @@ expect_fail 2 "not a block number" -- "$MF" upcycle runs/vit --layers 1,x -o vit
 "$MF" repro unif --quick --config "$SRC/configs/repro/unif.toml" --out repro_unif --set train.threads=1 \
   > repro_unif.txt 2>&1 || { cat repro_unif.txt; fail "repro unif --quick"; }
 grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif results"
+"$MF" repro umoe --quick --config "$SRC/configs/repro/umoe.toml" --out repro_umoe --set train.threads=1 \
+  --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
+  --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_umoe.txt 2>&1 || {
+  cat repro_umoe.txt; fail "repro umoe --quick"; }
+grep -q "Symmetric perturbation beats one-sided" repro_umoe/results.md || fail "repro umoe results"
+[ -s repro_umoe/loss_curves.svg ] || fail "repro umoe curves"
 echo "cli smoke: all checks passed"

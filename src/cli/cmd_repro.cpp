@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "methods/latent/repro.h"
+#include "methods/umoe/repro.h"
 #include "methods/unif/repro.h"
 #include "methods/unipool/repro.h"
 
@@ -67,6 +68,23 @@ void register_repro_commands(CLI::App& app) {
   uf->add_option("--finetune-steps", unif_opt.finetune_steps, "fine-tuning steps per arm")->capture_default_str();
   uf->add_option("--finetune-lr", unif_opt.finetune_lr, "fine-tuning peak learning rate")->capture_default_str();
   uf->callback([] { write_results(unif_repro(unif_args, unif_opt)); });
+
+  auto* um = repro->add_subcommand(
+      "umoe",
+      "UMoE in miniature: pretrain a vanilla MoE LM on the mixed corpus, then per seed fine-tune on one domain "
+      "directly, after UMoE's surgery and after the one-sided ablation; domain losses, curves, post-hoc pruning");
+  static ReproArgs umoe_args{"configs/repro/umoe.toml", "docs/repro/umoe", {}, 3};
+  static UMoEReproOptions umoe_opt;
+  add_repro_options(um, umoe_args);
+  um->add_option("--domain", umoe_opt.domain, "target domain")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
+  um->add_option("--finetune-steps", umoe_opt.finetune_steps, "fine-tuning steps per arm")->capture_default_str();
+  um->add_option("--finetune-lr", umoe_opt.finetune_lr, "fine-tuning peak learning rate")->capture_default_str();
+  um->add_option("--calib-samples", umoe_opt.calib_samples, "calibration windows")->capture_default_str();
+  um->add_option("--prune", umoe_opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
+  um->add_option("--sigma", umoe_opt.sigma, "perturbation scale")->capture_default_str();
+  um->callback([] { write_results(umoe_repro(umoe_args, umoe_opt)); });
 }
 
 }  // namespace mf::cli

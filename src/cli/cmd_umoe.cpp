@@ -33,7 +33,7 @@ void print_saliency(const std::vector<LayerSaliency>& layers, double fraction) {
     std::cout << fmt::format("layer {}\n  {:<7} {:>10} {:>8} {:>10}\n", s.layer, "expert", "saliency", "tokens",
                              "mean g");
     for (size_t e = 0; e < s.saliency.size(); ++e)
-      std::cout << fmt::format("  {:<7} {:>10.4f} {:>8} {:>10.4f}\n", e, s.saliency[e], s.tokens[e], s.mean_gate[e]);
+      std::cout << fmt::format("  {:<7} {:>10.4g} {:>8} {:>10.4f}\n", e, s.saliency[e], s.tokens[e], s.mean_gate[e]);
     const auto low = lowest_saliency(s, fraction);
     std::cout << fmt::format("  lowest-saliency {:.0f} % ({} experts) take {:.1f} % of the routed pairs\n",
                              100 * fraction, low.size(), 100 * pair_share(s, low));
