@@ -55,8 +55,7 @@ void register_umoe_commands(CLI::App& app) {
                                  "and an SVG heatmap");
   sal->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   add_calibration_options(sal, calib, batch, layerwise);
-  sal->add_option("--low", fraction, "report the routed share of this lowest-saliency fraction")
-      ->capture_default_str();
+  sal->add_option("--low", fraction, "report the routed share of this lowest-saliency fraction")->capture_default_str();
   sal->add_option("-o,--out", out, "output prefix (default: CHECKPOINT_DIR/saliency_SOURCE -> .json, .svg)");
   sal->callback([] {
     LayerwisePeak peak;
@@ -65,12 +64,9 @@ void register_umoe_commands(CLI::App& app) {
     const auto dir = checkpoint_dir(ckpt);
     const std::string prefix =
         out.empty() ? (std::filesystem::path(dir) / ("saliency_" + calibration_label(calib.source))).string() : out;
-    nlohmann::json j = {{"checkpoint", dir},
-                        {"calibration", calib.source},
-                        {"samples", calib.samples},
-                        {"layerwise", layerwise},
-                        {"peak_rss_bytes", peak.peak_rss_bytes},
-                        {"layers", saliency_json(layers)}};
+    nlohmann::json j = {
+        {"checkpoint", dir},      {"calibration", calib.source},           {"samples", calib.samples},
+        {"layerwise", layerwise}, {"peak_rss_bytes", peak.peak_rss_bytes}, {"layers", saliency_json(layers)}};
     if (layerwise) {
       j["model_bytes"] = peak.model_bytes;
       j["largest_block_bytes"] = peak.largest_block_bytes;
@@ -105,8 +101,7 @@ void register_umoe_commands(CLI::App& app) {
       const auto& l = r.surgery.layers[i];
       std::cout << fmt::format("layer {}: pruned {} ({:.1f} % of routed pairs); {} {}\n", l.layer,
                                nlohmann::json(l.pruned).dump(), 100 * pair_share(r.saliency[i], l.pruned),
-                               so.prune_only ? "kept" : "slot <- parent",
-                               nlohmann::json(l.source).dump());
+                               so.prune_only ? "kept" : "slot <- parent", nlohmann::json(l.source).dump());
     }
     std::cout << fmt::format("wrote {} and {}\n", out, r.report_path);
     if (!so.prune_only)

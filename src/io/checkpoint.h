@@ -32,7 +32,7 @@ struct Checkpoint {
 Checkpoint read_checkpoint(const std::string& path);
 std::string checkpoint_dir(const std::string& path);  // the directory read_checkpoint would read, nothing loaded
 std::string config_toml_of(const Metadata& model_metadata, const std::string& dir);  // moeforge.config
-std::string latest_checkpoint(const std::string& run_dir);  // "" if none
+std::string latest_checkpoint(const std::string& run_dir);                           // "" if none
 void prune_checkpoints(const std::string& ckpt_root, int64_t keep);
 
 }  // namespace mf

@@ -34,6 +34,20 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
       throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
 }
 
+void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file, const std::string& prefix) {
+  torch::NoGradGuard g;
+  auto params = module.named_parameters();
+  auto buffers = module.named_buffers();
+  for (auto* set : {&params, &buffers})
+    for (auto& p : *set) file.read_into(prefix + p.key(), p.value());
+  for (auto& [name, e] : file.header().tensors) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto local = name.substr(prefix.size());
+    if (!params.contains(local) && !buffers.contains(local))
+      throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
+  }
+}
+
 Config checkpoint_config(const std::string& ckpt_path) {
   const auto dir = checkpoint_dir(ckpt_path);  // the header only: a model larger than memory is fine
   const auto metadata = read_safetensors_metadata(dir + "/model.safetensors");
@@ -59,10 +73,10 @@ static Config checkpoint_config_of(const std::string& path, const std::string& t
 LoadedModel load_model(const std::string& path) {
   LoadedModel l;
   l.cfg = checkpoint_config_of(path, "lm");
-  auto ck = read_checkpoint(path);
+  const auto dir = checkpoint_dir(path);
   l.model = TransformerLM(l.cfg.model);
-  load_model_tensors(*l.model, ck.model);
-  l.tokenizer = ck.tokenizer_path();
+  load_module_tensors(*l.model, SafetensorsFile(dir + "/model.safetensors"), "");  // streamed: one copy in memory
+  l.tokenizer = dir + "/tokenizer.model";
   return l;
 }
 
@@ -70,7 +84,7 @@ LoadedClassifier load_classifier(const std::string& path) {
   LoadedClassifier l;
   l.cfg = checkpoint_config_of(path, "classify");
   l.model = VisionTransformer(l.cfg.model);
-  load_model_tensors(*l.model, read_checkpoint(path).model);
+  load_module_tensors(*l.model, SafetensorsFile(checkpoint_dir(path) + "/model.safetensors"), "");
   return l;
 }
 

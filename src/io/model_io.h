@@ -16,6 +16,10 @@ NamedTensors model_tensors(const torch::nn::Module& model);
 // copies the checkpoint's tensors into the model; names and shapes must match
 void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st);
 
+// The same from a streamed file, every name prefixed by `prefix` (e.g. "model.layers.3."): one
+// tensor in memory at a time; a tensor under `prefix` the module lacks is an error.
+void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file, const std::string& prefix);
+
 // The config a checkpoint was trained with (from its model.safetensors metadata). Keys that
 // have moved since (the flat model.moe.pool_* / latent keys) are read through their aliases.
 Config checkpoint_config(const std::string& ckpt_path);

@@ -82,6 +82,17 @@ uint64_t header_length(const char* first8) {
   return n;
 }
 
+void check_header_length(uint64_t n, uint64_t file_size, const std::string& src) {
+  if (n > kMaxHeader)
+    throw FormatError(fmt::format("{}: not a valid safetensors file: header length {} is implausible (> {} bytes)", src,
+                                  n, kMaxHeader));
+  if (n > file_size - 8)
+    throw FormatError(
+        fmt::format("{}: not a valid safetensors file: header length {} exceeds the file size {} "
+                    "(truncated?)",
+                    src, n, file_size));
+}
+
 // Parses and validates the JSON header against `data_size` bytes of tensor data.
 SafetensorsHeader parse_header(const char* json, uint64_t n, uint64_t data_size, const std::string& src) {
   auto fail = [&](const std::string& why) {
@@ -135,7 +146,8 @@ SafetensorsHeader parse_header(const char* json, uint64_t n, uint64_t data_size,
       throw fail(fmt::format("tensor '{}' has {} bytes but shape needs {}", name, t.end - t.begin, numel * d->size));
     spans.push_back(&out.tensors.emplace(name, std::move(t)).first->second);
   }
-  std::sort(spans.begin(), spans.end(), [](auto* a, auto* b) { return a->begin < b->begin || (a->begin == b->begin && a->end < b->end); });
+  std::sort(spans.begin(), spans.end(),
+            [](auto* a, auto* b) { return a->begin < b->begin || (a->begin == b->begin && a->end < b->end); });
   uint64_t cursor = 0;
   auto name_of = [&](const SafetensorsHeader::Entry* e) {
     for (auto& [k, v] : out.tensors)
@@ -161,18 +173,17 @@ at::Tensor tensor_of(const SafetensorsHeader::Entry& e, const char* bytes) {
 
 SafetensorsData parse_safetensors(const std::string& bytes, const std::string& src) {
   if (bytes.size() < 8)
-    throw FormatError(fmt::format("{}: not a valid safetensors file: file is {} bytes, shorter than the 8-byte "
-                                  "header length",
-                                  src, bytes.size()));
+    throw FormatError(
+        fmt::format("{}: not a valid safetensors file: file is {} bytes, shorter than the 8-byte "
+                    "header length",
+                    src, bytes.size()));
   const uint64_t n = header_length(bytes.data());
-  if (n > kMaxHeader || n > bytes.size() - 8)
-    throw FormatError(fmt::format("{}: not a valid safetensors file: header length {} exceeds the file size {} or "
-                                  "{} bytes (truncated?)",
-                                  src, n, bytes.size(), kMaxHeader));
+  check_header_length(n, bytes.size(), src);
   const auto header = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, src);
   SafetensorsData out;
   out.metadata = header.metadata;
-  for (auto& [name, e] : header.tensors) out.tensors.emplace(name, tensor_of(e, bytes.data() + header.data_start + e.begin));
+  for (auto& [name, e] : header.tensors)
+    out.tensors.emplace(name, tensor_of(e, bytes.data() + header.data_start + e.begin));
   return out;
 }
 
@@ -195,33 +206,41 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (size < 8 || !f.read(first8, 8))
     throw FormatError(fmt::format("{}: not a valid safetensors file: shorter than the 8-byte header length", path));
   const uint64_t n = header_length(first8);
-  if (n > kMaxHeader || n > size - 8)
-    throw FormatError(fmt::format("{}: not a valid safetensors file: header length {} exceeds the file size {} or "
-                                  "{} bytes (truncated?)",
-                                  path, n, size, kMaxHeader));
+  check_header_length(n, size, path);
   std::string json(n, '\0');
   f.read(json.data(), static_cast<std::streamsize>(n));
   header_ = parse_header(json.data(), n, size - 8 - n, path);
 }
 
-at::Tensor SafetensorsFile::read(const std::string& name) const {
+const SafetensorsHeader::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto it = header_.tensors.find(name);
   if (it == header_.tensors.end()) throw FormatError(fmt::format("{}: no tensor named '{}'", path_, name));
-  const auto& e = it->second;
-  std::ifstream f(path_, std::ios::binary);
-  std::string bytes(e.end - e.begin, '\0');
-  f.seekg(static_cast<std::streamoff>(header_.data_start + e.begin));
-  if (!f.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-    throw FormatError(fmt::format("{}: could not read tensor '{}' (file changed or truncated?)", path_, name));
-  return tensor_of(e, bytes.data());
+  return it->second;
 }
 
-SafetensorsData SafetensorsFile::read_prefix(const std::string& prefix) const {
-  SafetensorsData out;
-  out.metadata = header_.metadata;
-  for (auto& [name, e] : header_.tensors)
-    if (name.rfind(prefix, 0) == 0) out.tensors.emplace(name, read(name));
-  return out;
+at::Tensor SafetensorsFile::read(const std::string& name) const {
+  const auto& e = entry(name);
+  auto t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+  read_bytes(name, e, static_cast<char*>(t.data_ptr()));
+  return t;
+}
+
+void SafetensorsFile::read_into(const std::string& name, at::Tensor& dst) const {
+  const auto& e = entry(name);
+  if (dst.sizes() != at::IntArrayRef(e.shape))
+    throw FormatError(fmt::format("{}: tensor '{}' has shape {} in the file but {} in the model", path_, name,
+                                  c10::str(at::IntArrayRef(e.shape)), c10::str(dst.sizes())));
+  if (dst.scalar_type() == e.dtype && dst.is_contiguous() && dst.device().is_cpu())
+    read_bytes(name, e, static_cast<char*>(dst.data_ptr()));  // straight into place: no second copy
+  else
+    dst.copy_(read(name));
+}
+
+void SafetensorsFile::read_bytes(const std::string& name, const SafetensorsHeader::Entry& e, char* out) const {
+  std::ifstream f(path_, std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(header_.data_start + e.begin));
+  if (!f.read(out, static_cast<std::streamsize>(e.end - e.begin)))
+    throw FormatError(fmt::format("{}: could not read tensor '{}' (file changed or truncated?)", path_, name));
 }
 
 Metadata read_safetensors_metadata(const std::string& path) { return SafetensorsFile(path).metadata(); }

@@ -55,9 +55,12 @@ class SafetensorsFile {
   const SafetensorsHeader& header() const { return header_; }
   const Metadata& metadata() const { return header_.metadata; }
   at::Tensor read(const std::string& name) const;  // throws FormatError naming the file and tensor
-  SafetensorsData read_prefix(const std::string& prefix) const;  // every tensor whose name starts so
+  // into an existing tensor of the same shape (same dtype on the CPU: read in place)
+  void read_into(const std::string& name, at::Tensor& dst) const;
 
  private:
+  const SafetensorsHeader::Entry& entry(const std::string& name) const;
+  void read_bytes(const std::string& name, const SafetensorsHeader::Entry& e, char* out) const;
   std::string path_;
   SafetensorsHeader header_;
 };

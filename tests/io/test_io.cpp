@@ -124,6 +124,34 @@ TEST(Safetensors, RejectsBadOffsets) {
 
 TEST(Safetensors, MissingFileIsAFormatError) {
   EXPECT_THROW(load_safetensors("/nonexistent/model.safetensors"), FormatError);
+  EXPECT_THROW(SafetensorsFile("/nonexistent/model.safetensors"), FormatError);
+}
+
+// The streaming reader sees what the whole-file reader sees, one tensor at a time, and refuses
+// the same damaged files from their header.
+TEST(Safetensors, StreamedTensorsEqualTheLoadedOnes) {
+  const auto path = (std::filesystem::temp_directory_path() / "mf_stream.safetensors").string();
+  const auto tensors = sample_tensors();
+  save_safetensors(path, tensors, {{"k", "v"}});
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.metadata().at("k"), "v");
+  EXPECT_EQ(f.header().tensors.size(), tensors.size());
+  for (auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(f.read(name), t)) << name;
+  auto into = at::zeros_like(tensors[0].second);
+  f.read_into(tensors[0].first, into);
+  EXPECT_TRUE(torch::equal(into, tensors[0].second));
+  auto wrong = at::zeros({7, 7});
+  EXPECT_THROW(f.read_into(tensors[0].first, wrong), FormatError);
+  try {
+    f.read("absent");
+    FAIL() << "read a missing tensor";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos);
+  }
+  const auto bytes = serialize_safetensors(tensors);
+  write_file_atomic(path, bytes.substr(0, bytes.size() - 3));
+  EXPECT_THROW(SafetensorsFile{path}, FormatError);
+  std::filesystem::remove(path);
 }
 
 TEST(Checkpoint, WritesAtomicallyAndReadsBack) {

@@ -44,9 +44,9 @@ at::Tensor calibration_windows(const CalibrationSource& s, const Config& cfg, co
     const auto& names = corpus->domains();
     auto it = std::find(names.begin(), names.end(), domain);
     if (it == names.end())
-      throw std::invalid_argument(fmt::format(
-          "calibration source '{}' is neither a file nor a domain of the corpus at '{}' ({})", s.source, dir,
-          fmt::join(names, ", ")));
+      throw std::invalid_argument(
+          fmt::format("calibration source '{}' is neither a file nor a domain of the corpus at '{}' ({})", s.source,
+                      dir, fmt::join(names, ", ")));
     tokens = corpus->tokens(static_cast<size_t>(it - names.begin()), "train");
   }
   if (static_cast<int64_t>(tokens.size()) < L + 1)

@@ -30,7 +30,7 @@ const std::vector<Arm>& arms() {
 }
 
 struct Measured {
-  double target = 0, others = 0;          // validation loss: the target domain, mean of the others
+  double target = 0, others = 0;           // validation loss: the target domain, mean of the others
   double first_train = 0, last_train = 0;  // first logged training loss; mean of the last three logged
   double low_share = 0;                    // routed pairs to the low-saliency half (mean over layers)
   double pruned_target = 0;                // target loss after pruning that half, no retraining
@@ -70,10 +70,10 @@ void read_curve(const std::string& dir, Measured& m) {
 
 ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   const auto t0 = Clock::now();
-  auto base = repro_base_config(args, {"model.d_model=32", "model.n_layers=2", "model.n_heads=2",
-                                       "model.n_kv_heads=2", "model.moe.expert_hidden=16", "train.steps=8",
-                                       "train.batch_size=4", "train.seq_len=16", "train.warmup_steps=2",
-                                       "train.log_every=2", "eval.every=0", "eval.windows=4"});
+  auto base =
+      repro_base_config(args, {"model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=2",
+                               "model.moe.expert_hidden=16", "train.steps=8", "train.batch_size=4", "train.seq_len=16",
+                               "train.warmup_steps=2", "train.log_every=2", "eval.every=0", "eval.windows=4"});
   check_reap_model(base.model);
   const int64_t finetune = args.quick ? 6 : opt.finetune_steps;
   const int64_t windows = base.eval.windows, samples = args.quick ? 8 : opt.calib_samples;
@@ -158,9 +158,9 @@ ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
       "routed share | {} val loss with that half pruned |\n|---|---|---|---|---|---|---|\n",
       args.command_line("umoe"), opt.domain, opt.finetune_steps, opt.finetune_lr, opt.calib_samples, opt.prune,
       opt.sigma, m.d_model, m.n_layers, m.moe.top_k, m.moe.num_experts, m.moe.expert_hidden,
-      m.moe.renormalize ? ", renormalised top-k weights" : "", base.train.steps, opt.domain, finetune,
-      opt.finetune_lr, samples, 100 * opt.prune, opt.sigma, args.seeds, windows, train_seconds / 60, minutes,
-      base.train.threads, opt.domain, opt.domain);
+      m.moe.renormalize ? ", renormalised top-k weights" : "", base.train.steps, opt.domain, finetune, opt.finetune_lr,
+      samples, 100 * opt.prune, opt.sigma, args.seeds, windows, train_seconds / 60, minutes, base.train.threads,
+      opt.domain, opt.domain);
   nlohmann::json js = {{"minutes", minutes}, {"training_minutes", train_seconds / 60}, {"seeds", args.seeds}};
   for (const auto& arm : arms()) {
     const bool post = arm.name != "one_sided";
@@ -195,9 +195,10 @@ ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
             diff("direct", "umoe", &Measured::target), true);
   direction("Symmetric perturbation beats one-sided (one-sided - symmetric, " + opt.domain + " val loss)",
             diff("one_sided", "umoe", &Measured::target), true);
-  direction("Pruning the low-saliency half without retraining costs UMoE more than Direct SFT (loss increase, "
-            "UMoE - direct)",
-            paired_difference(cost("umoe"), cost("direct")), true);
+  direction(
+      "Pruning the low-saliency half without retraining costs UMoE more than Direct SFT (loss increase, "
+      "UMoE - direct)",
+      paired_difference(cost("umoe"), cost("direct")), true);
   direction("UMoE starts with a higher training loss (first logged step, UMoE - direct)",
             diff("umoe", "direct", &Measured::first_train), true);
   direction("UMoE ends with a lower training loss (mean of the last three logged steps, direct - UMoE)",

@@ -19,8 +19,8 @@ at::Tensor reap_gates(const at::Tensor& probs_TE, const Assignment& a, bool reno
   auto g_TE = probs_TE.detach();
   if (renormalize) {
     // each row divided by its selected experts' sum, then clamped (REAP, pruning_metrics.py)
-    auto selected_T = torch::zeros({g_TE.size(0)}, g_TE.options())
-                          .index_add(0, a.token_P, g_TE.index({a.token_P, a.unit_P}));
+    auto selected_T =
+        torch::zeros({g_TE.size(0)}, g_TE.options()).index_add(0, a.token_P, g_TE.index({a.token_P, a.unit_P}));
     g_TE = (g_TE / selected_T.unsqueeze(1)).clamp_min(std::numeric_limits<float>::epsilon());
   }
   return g_TE.index({a.token_P, a.unit_P});
@@ -31,8 +31,7 @@ SaliencyAccumulator::SaliencyAccumulator(int64_t E)
       gate_E(torch::zeros({E}, torch::kDouble)),
       count_E(torch::zeros({E}, torch::kLong)) {}
 
-void SaliencyAccumulator::add(const at::Tensor& x_TD, const RouterOutput& routed, UnitBank& experts,
-                              bool renormalize) {
+void SaliencyAccumulator::add(const at::Tensor& x_TD, const RouterOutput& routed, UnitBank& experts, bool renormalize) {
   torch::NoGradGuard no_grad;
   const auto& a = routed.assignment;
   const int64_t E = experts.num_units();
@@ -134,13 +133,10 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   for (int64_t l = 0; l < c.n_layers; ++l) {
     DecoderBlock block(c, l, plan);
     const std::string prefix = fmt::format("model.layers.{}.", l);
-    SafetensorsData st;
-    for (auto& [name, t] : file.read_prefix(prefix).tensors) st.tensors.emplace(name.substr(prefix.size()), t);
+    load_module_tensors(*block, file, prefix);
     int64_t bytes = 0;
-    for (auto& [name, t] : st.tensors) bytes += static_cast<int64_t>(t.nbytes());
+    for (auto& p : block->parameters()) bytes += static_cast<int64_t>(p.nbytes());
     largest = std::max(largest, bytes);
-    load_model_tensors(*block, st);
-    st.tensors.clear();
     block->eval();
     std::vector<MoEFeedForward*> layers;
     if (auto m = std::dynamic_pointer_cast<MoEFeedForward>(block->mlp)) layers.push_back(m.get());
@@ -183,8 +179,8 @@ nlohmann::json saliency_json(const std::vector<LayerSaliency>& layers) {
   for (auto& s : layers) {
     auto experts = nlohmann::json::array();
     for (size_t e = 0; e < s.saliency.size(); ++e)
-      experts.push_back({{"expert", e}, {"saliency", s.saliency[e]}, {"tokens", s.tokens[e]},
-                         {"mean_gate", s.mean_gate[e]}});
+      experts.push_back(
+          {{"expert", e}, {"saliency", s.saliency[e]}, {"tokens", s.tokens[e]}, {"mean_gate", s.mean_gate[e]}});
     j.push_back({{"layer", s.layer}, {"experts", experts}});
   }
   return j;

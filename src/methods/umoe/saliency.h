@@ -50,8 +50,8 @@ std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Te
 // The same, one decoder block at a time: only the embedding and one block's tensors are read
 // from `checkpoint`'s model.safetensors at any moment; the hidden states of the windows are kept.
 struct LayerwisePeak {
-  int64_t peak_rss_bytes = 0;   // of this process (VmHWM) after the pass
-  int64_t model_bytes = 0;      // model.safetensors on disk
+  int64_t peak_rss_bytes = 0;  // of this process (VmHWM) after the pass
+  int64_t model_bytes = 0;     // model.safetensors on disk
   int64_t largest_block_bytes = 0;
 };
 std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_NL,

@@ -19,9 +19,7 @@ std::vector<int64_t> survivors_by_saliency(const LayerSaliency& s, const std::ve
   return out;
 }
 
-at::Tensor index_tensor(const std::vector<int64_t>& v) {
-  return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong);
-}
+at::Tensor index_tensor(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
 
 }  // namespace
 
@@ -58,8 +56,8 @@ SurgeryResult umoe_surgery(const std::map<std::string, at::Tensor>& tensors, con
       ls.source = parents;
       std::sort(ls.source.begin(), ls.source.end());
       if (static_cast<int64_t>(ls.source.size()) < cfg.model.moe.top_k)
-        throw std::invalid_argument(fmt::format("--prune-only keeps {} experts, fewer than top_k = {}",
-                                                ls.source.size(), cfg.model.moe.top_k));
+        throw std::invalid_argument(
+            fmt::format("--prune-only keeps {} experts, fewer than top_k = {}", ls.source.size(), cfg.model.moe.top_k));
       for (auto& name : names) r.tensors[name] = tensors.at(name).index_select(0, index_tensor(ls.source));
       r.config.model.moe.num_experts = static_cast<int64_t>(ls.source.size());
       r.layers.push_back(ls);
@@ -107,7 +105,7 @@ nlohmann::json surgery_report(const SurgeryResult& r, const std::vector<LayerSal
     j[opt.prune_only ? "kept" : "parent"] = l.source;
     layers.push_back(j);
   }
-  return {{"prune", opt.prune},   {"sigma", opt.sigma},           {"seed", opt.seed},
+  return {{"prune", opt.prune},         {"sigma", opt.sigma},           {"seed", opt.seed},
           {"one_sided", opt.one_sided}, {"prune_only", opt.prune_only}, {"layers", layers}};
 }
 

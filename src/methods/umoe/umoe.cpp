@@ -38,14 +38,15 @@ UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& cal
   const auto tokenizer = std::filesystem::exists(ck.tokenizer_path()) ? ck.tokenizer_path() : "";
   auto report = surgery_report(r.surgery, r.saliency, opt);
   report["checkpoint"] = ck.dir;
-  report["calibration"] = {{"source", calib.source}, {"samples", calib.samples},
+  report["calibration"] = {{"source", calib.source},
+                           {"samples", calib.samples},
                            {"seq_len", calib.seq_len > 0 ? calib.seq_len : cfg.train.seq_len}};
   write_checkpoint(out, {tensors, {}, meta, {{"step", 0}, {"umoe_from", ck.dir}}, tokenizer});
   r.report_path = out + "/umoe_report.json";
   write_file_atomic(r.report_path, report.dump(2) + "\n");
-  write_file_atomic(out + "/saliency.svg",
-                    saliency_svg(r.saliency, fmt::format("{} — REAP saliency on {}", cfg.run.name,
-                                                         calibration_label(calib.source))));
+  write_file_atomic(
+      out + "/saliency.svg",
+      saliency_svg(r.saliency, fmt::format("{} — REAP saliency on {}", cfg.run.name, calibration_label(calib.source))));
   return r;
 }
 
@@ -60,9 +61,8 @@ void restrict_to_domain(Config& cfg, const std::string& domain) {
     found = found || name == domain;
   }
   if (!found)
-    throw std::invalid_argument(
-        fmt::format("'{}' is not a domain of the built-in corpus (dictionary, scripture, technical, quotations)",
-                    domain));
+    throw std::invalid_argument(fmt::format(
+        "'{}' is not a domain of the built-in corpus (dictionary, scripture, technical, quotations)", domain));
 }
 
 }  // namespace mf

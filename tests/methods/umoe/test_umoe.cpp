@@ -71,11 +71,12 @@ LayerSaliency layer_saliency(MoEFeedForward& m, const std::vector<at::Tensor>& b
 std::string write_lm_checkpoint(const Config& cfg, TransformerLM& m, const std::string& name) {
   auto dir = (fs::temp_directory_path() / ("mf_umoe_" + name)).string();
   fs::remove_all(dir);
-  write_checkpoint(dir, {model_tensors(*m),
-                         {},
-                         {{"moeforge.config", to_toml(cfg)}, {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)}},
-                         {{"step", 0}},
-                         ""});
+  write_checkpoint(dir,
+                   {model_tensors(*m),
+                    {},
+                    {{"moeforge.config", to_toml(cfg)}, {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)}},
+                    {{"step", 0}},
+                    ""});
   return dir;
 }
 
@@ -157,9 +158,7 @@ namespace {
 
 // Saliency {5, 1, 7, 0, 3, 3, 2, 6}: the lowest half is {3, 1, 6, 4} (4 before 5 on the tie);
 // survivors by saliency: 2, 7, 0, 5; freed slots 1, 3, 4, 6 get parents 2, 7, 0, 5 in turn.
-LayerSaliency hand_saliency(int64_t layer) {
-  return {layer, {5, 1, 7, 0, 3, 3, 2, 6}, {9, 2, 11, 0, 4, 5, 3, 8}, {}};
-}
+LayerSaliency hand_saliency(int64_t layer) { return {layer, {5, 1, 7, 0, 3, 3, 2, 6}, {9, 2, 11, 0, 4, 5, 3, 8}, {}}; }
 
 struct SurgerySetup {
   Config cfg;

@@ -8,11 +8,11 @@
 #include "analysis/expert_usage.h"
 #include "core/config.h"
 #include "methods/unipool/unipool.h"
-#include "test_support.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "test_support.h"
 
 using namespace mf;
 
@@ -268,7 +268,9 @@ TEST(Probe, RandomRoutingDrawsDistinctCandidatesAndMatchedSetIsMostUsed) {
   layer->random_routing = MoEFeedForward::RandomRouting{candidates, 3};
   at::Tensor unit_P;
   layer->dispatch_hook = [&](const at::Tensor&, const RouterOutput& routed) {
-      const auto& a = routed.assignment; unit_P = a.unit_P.clone(); };
+    const auto& a = routed.assignment;
+    unit_P = a.unit_P.clone();
+  };
   m->forward(torch::randint(0, 37, {3, 20}, torch::kLong));
   auto u_TK = unit_P.view({-1, 2});
   std::set<int64_t> seen;
@@ -350,12 +352,12 @@ TEST(SharedPool, OnePoolStoredOncePerGroup) {
   EXPECT_GT(second.second, 0.0);
 }
 
-
 TEST(SharedPool, ConfigValidationNamesTheKey) {
   EXPECT_NE(test::config_error({"model.ffn=moe", "model.n_layers=4", "model.moe.unipool.groups=3"})
                 .find("model.moe.unipool.groups"),
             std::string::npos);
-  EXPECT_NE(test::config_error({"model.moe.unipool.aux_loss_coef=0.01"}).find("model.moe.unipool.groups"), std::string::npos);
+  EXPECT_NE(test::config_error({"model.moe.unipool.aux_loss_coef=0.01"}).find("model.moe.unipool.groups"),
+            std::string::npos);
   // combinations that cannot work name both keys
   auto e = test::config_error({"model.ffn=moe", "model.moe.unipool.groups=1", "model.moe.capacity_factor=1.5"});
   EXPECT_NE(e.find("model.moe.unipool.groups"), std::string::npos) << e;
