@@ -21,6 +21,11 @@ void add_repro_options(CLI::App* cmd, ReproArgs& a) {
   cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
 }
 
+void add_finetune_options(CLI::App* cmd, int64_t& steps, double& lr) {
+  cmd->add_option("--finetune-steps", steps, "fine-tuning steps per arm")->capture_default_str();
+  cmd->add_option("--finetune-lr", lr, "fine-tuning peak learning rate")->capture_default_str();
+}
+
 void write_results(const ReproResult& r) {
   namespace fs = std::filesystem;
   write_file_atomic((fs::path(r.out_dir) / "results.md").string(), r.markdown);
@@ -65,8 +70,7 @@ void register_repro_commands(CLI::App& app) {
   uf->add_option("--experts", unif_opt.experts, "experts K per upcycled block")->capture_default_str();
   uf->add_option("--blocks", unif_opt.blocks, "UniF-MoE blocks B per expert")->capture_default_str();
   uf->add_option("--top-p", unif_opt.top_p, "the top-p arm's mass")->capture_default_str();
-  uf->add_option("--finetune-steps", unif_opt.finetune_steps, "fine-tuning steps per arm")->capture_default_str();
-  uf->add_option("--finetune-lr", unif_opt.finetune_lr, "fine-tuning peak learning rate")->capture_default_str();
+  add_finetune_options(uf, unif_opt.finetune_steps, unif_opt.finetune_lr);
   uf->callback([] { write_results(unif_repro(unif_args, unif_opt)); });
 
   auto* um = repro->add_subcommand(
@@ -79,8 +83,7 @@ void register_repro_commands(CLI::App& app) {
   um->add_option("--domain", umoe_opt.domain, "target domain")
       ->capture_default_str()
       ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
-  um->add_option("--finetune-steps", umoe_opt.finetune_steps, "fine-tuning steps per arm")->capture_default_str();
-  um->add_option("--finetune-lr", umoe_opt.finetune_lr, "fine-tuning peak learning rate")->capture_default_str();
+  add_finetune_options(um, umoe_opt.finetune_steps, umoe_opt.finetune_lr);
   um->add_option("--calib-samples", umoe_opt.calib_samples, "calibration windows")->capture_default_str();
   um->add_option("--prune", umoe_opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
   um->add_option("--sigma", umoe_opt.sigma, "perturbation scale")->capture_default_str();

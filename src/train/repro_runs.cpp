@@ -38,6 +38,19 @@ Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_ove
   return base;
 }
 
+void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const std::string& name) {
+  for (auto set : {fmt::format("train.steps={}", steps), fmt::format("train.lr={}", lr),
+                   fmt::format("train.warmup_steps={}", std::max<int64_t>(1, steps / 10)),
+                   fmt::format("train.seed={}", 1000 + seed), fmt::format("train.ckpt_every={}", steps),
+                   std::string("eval.every=0"), "run.name=" + name})
+    apply_override(cfg, set);
+  validate(cfg);
+}
+
+double run_seconds(const std::string& run_dir) {
+  return nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("elapsed_s", 0.0);
+}
+
 PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
   const size_t n = std::min(a.size(), b.size());
   PairedDifference d;

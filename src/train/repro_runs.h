@@ -22,6 +22,12 @@ struct Outcome {
 // Trains one run, or reuses it when it finished with the same config, or resumes it when it
 // stopped; returns its directory. A fresh run starts from `init_from`'s weights when given.
 std::string run_variant(const Config& cfg, const std::string& init_from = "");
+// The recipe every arm of a fine-tuning comparison shares: `steps` steps at peak `lr` (warm-up
+// a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
+// evaluation, run name `name`; then validated.
+void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const std::string& name);
+// A finished run's training seconds from its summary.json (so reused runs count too).
+double run_seconds(const std::string& run_dir);
 
 // Mean and standard error of the per-seed differences a[s] - b[s] (paired by seed), and what
 // they say about a direction that expects the difference to be positive (want_positive) or

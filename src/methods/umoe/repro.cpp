@@ -80,11 +80,7 @@ ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   base.run.name = "umoe-pretrain";
   spdlog::info("repro umoe: pretraining the MoE LM on the mixed corpus ({} steps)", base.train.steps);
   const auto pretrained = run_variant(base);
-  double train_seconds = 0;
-  auto add_training = [&](const std::string& dir) {
-    train_seconds += nlohmann::json::parse(read_file(dir + "/summary.json")).value("elapsed_s", 0.0);
-  };
-  add_training(pretrained);
+  double train_seconds = run_seconds(pretrained);  // from each run's summary, so reused runs count too
   CalibrationSource calib{"domain:" + opt.domain, samples, 0, base.data.dir};
   const auto work = fs::path(base.run.out_dir);
   const auto pre_saliency = checkpoint_saliency(pretrained, calib, 8, false);
@@ -117,15 +113,10 @@ ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
       }
       Config cfg = checkpoint_config(pretrained);
       restrict_to_domain(cfg, opt.domain);
-      for (auto set : {fmt::format("train.steps={}", finetune), fmt::format("train.lr={}", opt.finetune_lr),
-                       fmt::format("train.warmup_steps={}", std::max<int64_t>(1, finetune / 10)),
-                       fmt::format("train.seed={}", 1000 + s), fmt::format("train.ckpt_every={}", finetune),
-                       std::string("eval.every=0"), "run.name=" + name})
-        apply_override(cfg, set);
-      validate(cfg);
+      apply_finetune(cfg, finetune, opt.finetune_lr, s, name);
       spdlog::info("repro umoe: {} seed {}", arm.label, s);
       const auto dir = run_variant(cfg, init);
-      add_training(dir);
+      train_seconds += run_seconds(dir);
       Measured m;
       std::tie(m.target, m.others) = domain_losses(dir, opt.domain, windows);
       read_curve(dir, m);

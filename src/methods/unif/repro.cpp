@@ -102,11 +102,7 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   base.run.name = "unif-dense-pretrain";
   spdlog::info("repro unif: pretraining the dense backbone ({} steps)", base.train.steps);
   const auto dense_dir = run_variant(base);
-  double train_seconds = 0;  // from each run's summary, so reused runs count too
-  auto add_training = [&](const std::string& dir) {
-    train_seconds += nlohmann::json::parse(read_file(dir + "/summary.json")).value("elapsed_s", 0.0);
-  };
-  add_training(dense_dir);
+  double train_seconds = run_seconds(dense_dir);  // from each run's summary, so reused runs count too
   const auto all = arms(opt);
   std::map<std::string, std::vector<Measured>> res;
   std::map<std::string, int64_t> params;
@@ -127,15 +123,10 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
         init = (fs::path(base.run.out_dir) / "unif-upcycled" / name).string();
         cfg = upcycle(dense_dir, init, u).config;
       }
-      for (auto set : {fmt::format("train.steps={}", finetune), fmt::format("train.lr={}", opt.finetune_lr),
-                       fmt::format("train.warmup_steps={}", std::max<int64_t>(1, finetune / 10)),
-                       fmt::format("train.seed={}", 1000 + s), fmt::format("train.ckpt_every={}", finetune),
-                       std::string("eval.every=0"), "run.name=" + name})
-        apply_override(cfg, set);
-      validate(cfg);
+      apply_finetune(cfg, finetune, opt.finetune_lr, s, name);
       spdlog::info("repro unif: {} seed {}", arm.label, s);
       const auto dir = run_variant(cfg, init);
-      add_training(dir);
+      train_seconds += run_seconds(dir);
       res[arm.name].push_back(measure(dir, layers, opt.blocks, args.quick ? 1000 : 0));
       if (s == 0) params[arm.name] = load_classifier(dir).model->param_counts().total;
     }
