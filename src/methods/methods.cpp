@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "core/config.h"
+#include "methods/intb/intb.h"
 #include "methods/latent/latent.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
@@ -18,6 +19,7 @@ void register_builtin_methods() {
     register_latent();
     register_unipool();
     register_unif();
+    register_intb();
     // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
     register_config_validator([](const Config& c) {
       if (c.model.moe.section<UniFConfig>().blocks == 0) return;

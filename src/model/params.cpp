@@ -56,6 +56,13 @@ void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) 
       case ParamRole::Bias: t.zero_(); break;
       case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
       case ParamRole::Orthonormal: t.copy_(orthonormal_like(t, gen)); break;
+      case ParamRole::FanInUniform: {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(-1)));
+        t.uniform_(-bound, bound, gen);
+        break;
+      }
+      case ParamRole::UnitNormal: t.normal_(0.0, 1.0, gen); break;
+      case ParamRole::Scale: break;
       default: t.normal_(0.0, init_std, gen);
     }
   }

@@ -18,6 +18,13 @@ class UnitBank : public torch::nn::Module {
   virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) = 0;
   // one unit on arbitrary rows (dense reference, probes)
   virtual at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) = 0;
+  // Work a bank does once per token, shared by all of the token's units (e.g. a projection of
+  // x): x_TD -> side_TX, or undefined for none. dispatch() gathers its rows like x's and calls
+  // the three-argument forward_grouped.
+  virtual at::Tensor per_token(const at::Tensor& x_TD) { return {}; }
+  virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PX) {
+    return forward_grouped(rows_PD, counts_E);
+  }
 };
 
 // E FFN experts stored stacked, in the layout HF v5 and torchtitan use:

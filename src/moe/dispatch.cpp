@@ -27,7 +27,10 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
   }
   auto counts_E = at::bincount(unit_P, {}, E);
   auto rows_PD = x_TD.index_select(0, token_P);
-  auto out_PD = bank.forward_grouped(rows_PD, counts_E) * weight_P.to(x_TD.dtype()).unsqueeze(1);
+  const auto side_TX = bank.per_token(x_TD);
+  auto out_PD = (side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, side_TX.index_select(0, token_P))
+                                   : bank.forward_grouped(rows_PD, counts_E)) *
+                weight_P.to(x_TD.dtype()).unsqueeze(1);
   r.y_TD = torch::zeros_like(x_TD).index_add(0, token_P, out_PD);
   return r;
 }

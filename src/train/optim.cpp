@@ -12,7 +12,8 @@ namespace mf {
 namespace {
 
 bool no_decay(ParamRole role, const TrainConfig& c) {
-  return role == ParamRole::Gain || role == ParamRole::Bias || (role == ParamRole::Embedding && !c.decay_embeddings);
+  return role == ParamRole::Gain || role == ParamRole::Bias || role == ParamRole::Scale ||
+         (role == ParamRole::Embedding && !c.decay_embeddings);
 }
 
 // LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string;

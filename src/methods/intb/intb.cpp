@@ -1,0 +1,272 @@
+#include "methods/intb/intb.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/config_keys.h"
+#include "moe/dispatch.h"
+
+namespace mf {
+namespace F = torch::nn::functional;
+
+IntBOptions intb_options(const ModelConfig& c) {
+  const auto& s = c.moe.section<IntBConfig>();
+  IntBOptions o;
+  o.blocks = c.moe.num_experts;
+  o.top_k = c.moe.top_k;
+  o.hidden = c.moe.expert_hidden;
+  o.basis = s.basis;
+  o.internal_layers = s.internal_layers;
+  o.codebook_dim = s.codebook_dim;
+  o.hyper_hidden = s.hyper_hidden;
+  o.router_hidden = s.router_hidden;
+  o.shared_hidden = s.shared_expert ? (s.shared_hidden > 0 ? s.shared_hidden : c.moe.expert_hidden) : 0;
+  o.lambda0 = s.lambda0;
+  o.gate_path = s.gate_path;
+  o.filter = s.filter;
+  o.learn_lambda = s.learn_lambda;
+  o.softmax_coefficients = s.coefficients == "softmax";
+  return o;
+}
+
+IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o) : opt_(o), d_model_(d) {
+  const int64_t K = o.blocks, E = o.basis, C = o.codebook_dim, H = o.hyper_hidden;
+  codebook_KC = register_parameter("codebook", torch::empty({K, C}));
+  hyper = register_module("hyper", torch::nn::Linear(C, H));
+  hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({H})));
+  value_head = register_module("value_head", torch::nn::Linear(H, E));
+  gate_head = register_module("gate_head", torch::nn::Linear(H, E));
+  for (int64_t l = 0; l < o.internal_layers; ++l) {
+    const int64_t O = layer_width(l + 1), I = layer_width(l);
+    basis_EOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({E, O, I})));
+    basis_EO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({E, O})));
+    gate_norms.push_back(register_module(fmt::format("gate_norm{}", l), RMSNorm(O, 1e-8)));
+    if (l + 1 < o.internal_layers)
+      layer_norms.push_back(
+          register_module(fmt::format("layer_norm{}", l), torch::nn::LayerNorm(torch::nn::LayerNormOptions({O}))));
+  }
+  router_in = register_module("router_in", torch::nn::Linear(d, o.router_hidden));
+  router_out = register_module("router_out", torch::nn::Linear(o.router_hidden, K));
+  filter = register_module("filter", torch::nn::Linear(d + C, d));
+  auto l0 = torch::full({1}, o.lambda0);
+  lambda = o.learn_lambda ? register_parameter("lambda", l0) : register_buffer("lambda", l0);
+  if (o.shared_hidden > 0)
+    shared_expert = register_module("shared_expert", std::make_shared<ExpertBank>(1, d, o.shared_hidden));
+  // until init_weights runs: the spec's inits from the global generator
+  torch::NoGradGuard g;
+  codebook_KC.normal_();
+  for (auto& w : basis_EOI) w.uniform_(-1 / std::sqrt(double(w.size(-1))), 1 / std::sqrt(double(w.size(-1))));
+}
+
+int64_t IntBFeedForward::layer_width(int64_t l) const {
+  return l == 0 || l == opt_.internal_layers ? d_model_ : opt_.hidden;
+}
+
+ParamRoleList IntBFeedForward::param_roles() const {
+  ParamRoleList r = {{"codebook", ParamRole::UnitNormal},       {"lambda", ParamRole::Scale},
+                     {"hyper.weight", ParamRole::FanInUniform}, {"hyper.bias", ParamRole::Bias},
+                     {"hyper_norm.weight", ParamRole::Gain},    {"hyper_norm.bias", ParamRole::Bias}};
+  for (std::string lin : {"value_head", "gate_head", "router_in", "router_out", "filter"})
+    r.insert(r.end(), {{lin + ".weight", ParamRole::FanInUniform}, {lin + ".bias", ParamRole::Bias}});
+  for (int64_t l = 0; l < opt_.internal_layers; ++l) {
+    r.insert(r.end(), {{fmt::format("basis{}_weight", l), ParamRole::FanInUniform},
+                       {fmt::format("basis{}_bias", l), ParamRole::Bias}});
+    r.insert(r.end(), {{fmt::format("layer_norm{}.weight", l), ParamRole::Gain},
+                       {fmt::format("layer_norm{}.bias", l), ParamRole::Bias}});
+  }
+  return r;
+}
+
+// W_{b,p}^(l) = (1/sqrt(E)) sum_e alpha_{b,e}^p W_e^(l), the same for the biases; the probe
+// leaves basis `removed` out (scale 1/sqrt(E-1)); the softmax ablation mixes convexly instead.
+ComposedBlocks IntBFeedForward::compose() const {
+  ComposedBlocks c;
+  auto lin = [](const torch::nn::Linear& m, const at::Tensor& x) { return F::linear(x, m->weight, m->bias); };
+  const auto& n = hyper_norm;
+  auto q_KH = torch::relu(F::layer_norm(
+      lin(hyper, codebook_KC),
+      F::LayerNormFuncOptions({opt_.hyper_hidden}).weight(n->weight).bias(n->bias).eps(n->options.eps())));
+  c.alpha_value_KE = lin(value_head, q_KH);
+  c.alpha_gate_KE = lin(gate_head, q_KH);
+  const int64_t K = opt_.blocks, E = opt_.basis, e = opt_.removed_basis;
+  auto keep = [&](const at::Tensor& t, int64_t dim) {
+    if (e < 0) return t;
+    return torch::cat({t.narrow(dim, 0, e), t.narrow(dim, e + 1, E - e - 1)}, dim);
+  };
+  const double scale = 1 / std::sqrt(static_cast<double>(e < 0 ? E : E - 1));
+  auto coefficients = [&](const at::Tensor& a_KE) {
+    return opt_.softmax_coefficients ? keep(a_KE, 1).softmax(-1) : keep(a_KE, 1) * scale;
+  };
+  const auto value_KE = coefficients(c.alpha_value_KE), gate_KE = coefficients(c.alpha_gate_KE);
+  for (int64_t l = 0; l < opt_.internal_layers; ++l) {
+    const auto W_EOI = keep(basis_EOI[l], 0), b_EO = keep(basis_EO[l], 0);
+    const int64_t O = W_EOI.size(1), I = W_EOI.size(2), bases = W_EOI.size(0);
+    auto mix = [&](const at::Tensor& a_KE) {
+      return std::make_pair(a_KE.matmul(W_EOI.reshape({bases, O * I})).view({K, O, I}), a_KE.matmul(b_EO));
+    };
+    auto [vw, vb] = mix(value_KE);
+    c.value_KOI.push_back(vw);
+    c.value_KO.push_back(vb);
+    if (opt_.gate_path) {
+      auto [gw, gb] = mix(gate_KE);
+      c.gate_KOI.push_back(gw);
+      c.gate_KO.push_back(gb);
+    }
+  }
+  if (opt_.filter)  // the codebook's part of the filter, once per block
+    c.filter_KD = F::linear(codebook_KC, filter->weight.narrow(1, d_model_, opt_.codebook_dim), filter->bias);
+  return c;
+}
+
+const ComposedBlocks& IntBFeedForward::cached_blocks() {
+  if (!cache_) cache_ = compose();
+  return *cache_;
+}
+
+void IntBFeedForward::train(bool on) {
+  cache_.reset();
+  FeedForward::train(on);
+}
+
+RouterOutput IntBFeedForward::route(const at::Tensor& x_TD) const {
+  const auto dtype = x_TD.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // router math in fp32
+  auto lin = [&](const torch::nn::Linear& m, const at::Tensor& x) {
+    return F::linear(x, m->weight.to(dtype), m->bias.to(dtype));
+  };
+  auto logits_TK = lin(router_out, torch::relu(lin(router_in, x_TD.to(dtype))));
+  auto probs_TK = logits_TK.softmax(-1);
+  auto index_TJ = std::get<1>(logits_TK.topk(opt_.top_k, -1));
+  RouterOutput r;
+  auto& a = r.assignment;
+  a.num_tokens = x_TD.size(0);
+  a.num_units = opt_.blocks;
+  a.token_P = torch::arange(a.num_tokens, index_TJ.options()).repeat_interleave(opt_.top_k);
+  a.unit_P = index_TJ.reshape({-1});
+  a.weight_P = probs_TK.gather(1, index_TJ).reshape({-1});  // softmax over all K, not renormalised
+  r.scores_TE = probs_TK;
+  return r;
+}
+
+torch::Tensor IntBFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
+  auto x_TD = x.reshape({-1, x.size(-1)});
+  std::optional<ComposedBlocks> step;
+  const bool infer = !is_training() && !torch::GradMode::is_enabled();
+  const ComposedBlocks& blocks = infer ? cached_blocks() : *(step = compose());
+  IntBBank bank(*this, blocks);
+  auto y_TD = dispatch(x_TD, route(x_TD).assignment, bank).y_TD;
+  if (shared_expert) y_TD = y_TD + shared_expert->forward_unit(0, x_TD);
+  return y_TD.view(x.sizes());
+}
+
+int64_t IntBBank::num_units() const { return slot_.opt_.blocks; }
+
+at::Tensor IntBBank::per_token(const at::Tensor& x_TD) {
+  if (!slot_.opt_.filter) return {};
+  return F::linear(x_TD, slot_.filter->weight.narrow(1, 0, slot_.d_model_));  // W_f^x x, once per token
+}
+
+// F_b: z0 = x * sigmoid(W_f^x x + W_f^c c_b + b_f); per internal layer v = W_v z + b_v,
+// g = RMSNorm(W_g z + b_g), z = v * (1 + lambda SiLU(g)), LayerNorm between layers.
+at::Tensor IntBBank::block(int64_t b, const at::Tensor& rows, const at::Tensor& filter_x) {
+  const auto& o = slot_.opt_;
+  auto z = filter_x.defined() ? rows * torch::sigmoid(filter_x + blocks_.filter_KD[b]) : rows;
+  for (int64_t l = 0; l < o.internal_layers; ++l) {
+    auto v = F::linear(z, blocks_.value_KOI[l][b], blocks_.value_KO[l][b]);
+    if (o.gate_path) {
+      auto g = slot_.gate_norms[l]->forward(F::linear(z, blocks_.gate_KOI[l][b], blocks_.gate_KO[l][b]));
+      z = v * (1 + slot_.lambda * torch::silu(g));
+    } else {
+      z = v;
+    }
+    if (l + 1 < o.internal_layers) z = slot_.layer_norms[l]->forward(z);
+  }
+  return z;
+}
+
+at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K) {
+  return forward_grouped(rows_PD, counts_K, at::Tensor());
+}
+
+at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K, const at::Tensor& side_PD) {
+  const auto counts = counts_K.cpu();
+  std::vector<at::Tensor> out;
+  int64_t start = 0;
+  for (int64_t b = 0; b < counts.size(0); ++b) {
+    const auto n = counts[b].item<int64_t>();
+    if (n == 0) continue;
+    out.push_back(block(b, rows_PD.narrow(0, start, n), side_PD.defined() ? side_PD.narrow(0, start, n) : side_PD));
+    start += n;
+  }
+  return out.empty() ? torch::zeros_like(rows_PD) : torch::cat(out);
+}
+
+at::Tensor IntBBank::forward_unit(int64_t unit, const at::Tensor& rows) { return block(unit, rows, per_token(rows)); }
+
+namespace {
+
+// model.moe.layers picks the IntBMoE blocks as it picks MoE blocks
+bool is_intb_layer(const ModelConfig& c, int64_t layer) {
+  ModelConfig as_moe = c;
+  as_moe.ffn = "moe";
+  return is_moe_layer(as_moe, layer);
+}
+
+void validate_intb(const Config& c) {
+  const auto& m = c.model;
+  if (m.ffn != "intb") return;
+  if (m.moe.top_k < 1 || m.moe.top_k > m.moe.num_experts)
+    throw ConfigError(fmt::format("model.moe.top_k ({}) must lie in 1..model.moe.num_experts ({}): the blocks K",
+                                  m.moe.top_k, m.moe.num_experts));
+  is_intb_layer(m, 0);  // a bad model.moe.layers pattern is a ConfigError here
+}
+
+}  // namespace
+
+void register_intb() {
+  auto ref = [](auto field) {
+    return [field](Config & c) -> auto& { return c.model.moe.section<IntBConfig>().*field; };
+  };
+  register_config_keys({
+      key_at<int64_t>("model.moe.intb.basis", ref(&IntBConfig::basis),
+                      "IntBMoE (model.ffn = \"intb\"): expert bases E per internal layer, every block composed from "
+                      "all of them; the blocks K = model.moe.num_experts, k = model.moe.top_k, internal width = "
+                      "model.moe.expert_hidden",
+                      1, 4096),
+      key_at<int64_t>("model.moe.intb.internal_layers", ref(&IntBConfig::internal_layers),
+                      "IntBMoE: internal layers L of a block (d -> expert_hidden -> ... -> d)", 1, 16),
+      key_at<int64_t>("model.moe.intb.codebook_dim", ref(&IntBConfig::codebook_dim), "IntBMoE: codebook width", 1,
+                      4096),
+      key_at<int64_t>("model.moe.intb.hyper_hidden", ref(&IntBConfig::hyper_hidden), "IntBMoE: hypernetwork width d_h",
+                      1, 4096),
+      key_at<int64_t>("model.moe.intb.router_hidden", ref(&IntBConfig::router_hidden),
+                      "IntBMoE: hidden width of the two-layer block router", 1, 65536),
+      key_at<double>("model.moe.intb.lambda0", ref(&IntBConfig::lambda0),
+                     "IntBMoE: initial DPRG lambda (one learnable scalar per module)", -100, 100),
+      key_at<int64_t>("model.moe.intb.shared_hidden", ref(&IntBConfig::shared_hidden),
+                      "IntBMoE: width of the always-on shared SwiGLU expert (0 = model.moe.expert_hidden)", 0, 65536),
+      key_at<bool>("model.moe.intb.shared_expert", ref(&IntBConfig::shared_expert),
+                   "IntBMoE ablation: false drops the shared expert"),
+      key_at<bool>("model.moe.intb.gate_path", ref(&IntBConfig::gate_path),
+                   "IntBMoE ablation: false drops DPRG's gate path (z = v)"),
+      key_at<bool>("model.moe.intb.filter", ref(&IntBConfig::filter),
+                   "IntBMoE ablation: false drops the block-conditioned feature filter (z0 = x)"),
+      key_at<bool>("model.moe.intb.learn_lambda", ref(&IntBConfig::learn_lambda),
+                   "IntBMoE ablation: false keeps lambda fixed at lambda0"),
+      key_at<std::string>("model.moe.intb.coefficients", ref(&IntBConfig::coefficients),
+                          "IntBMoE: recipe coefficients used as they are, scaled 1/sqrt(E) (linear), or a softmax over "
+                          "the bases (ablation)",
+                          1, 0, {"linear", "softmax"}),
+  });
+  register_config_validator(validate_intb);
+  register_ffn_kind("intb",
+                    [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
+                      if (is_intb_layer(c, layer)) return std::make_shared<IntBFeedForward>(c.d_model, intb_options(c));
+                      ModelConfig dense = c;
+                      dense.ffn = c.moe.dense_ffn;
+                      return make_feed_forward(dense, layer, plan);
+                    });
+}
+
+}  // namespace mf

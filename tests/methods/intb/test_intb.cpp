@@ -1,0 +1,250 @@
+// IntBMoE: the slot against a per-token reference written straight from the spec's equations
+// (float64, outputs and the gradients of x and every parameter) for L = 1, 2, 3, k = 1..K and
+// each ablation; the inference cache against the training path; the removal probe; config.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "methods/intb/intb.h"
+#include "model/moe_ffn.h"
+#include "model/params.h"
+#include "test_support.h"
+
+using namespace mf;
+
+namespace {
+
+at::Tensor layer_norm(const at::Tensor& z, const torch::nn::LayerNorm& ln) {
+  auto mu = z.mean();
+  auto var = (z - mu).pow(2).mean();
+  return (z - mu) / torch::sqrt(var + 1e-5) * ln->weight + ln->bias;
+}
+
+// y(x) = sum_{b in TopK(r)} softmax(r)_b F_b(x) + S(x), every quantity from its equation, one
+// token at a time, composing each selected block again from the pool (no shared code path).
+at::Tensor reference_token(IntBFeedForward& m, const at::Tensor& x) {
+  const auto& o = m.options();
+  const int64_t E = o.basis, D = x.size(0);
+  auto r = torch::mv(m.router_out->weight, torch::relu(torch::mv(m.router_in->weight, x) + m.router_in->bias)) +
+           m.router_out->bias;
+  auto pi = torch::softmax(r, 0);
+  auto top = std::get<1>(r.topk(o.top_k));
+  auto y = torch::zeros({D}, x.options());
+  for (int64_t j = 0; j < o.top_k; ++j) {
+    const auto b = top[j].item<int64_t>();
+    auto c = m.codebook_KC[b];
+    auto h = torch::mv(m.hyper->weight, c) + m.hyper->bias;
+    auto q = torch::relu(layer_norm(h, m.hyper_norm));
+    auto av = torch::mv(m.value_head->weight, q) + m.value_head->bias;
+    auto ag = torch::mv(m.gate_head->weight, q) + m.gate_head->bias;
+    std::vector<int64_t> bases;
+    for (int64_t e = 0; e < E; ++e)
+      if (e != o.removed_basis) bases.push_back(e);
+    const double n = static_cast<double>(bases.size());
+    if (o.softmax_coefficients) {
+      av = av.index_select(0, torch::tensor(bases)).softmax(0) * std::sqrt(n);  // sqrt(n) undone below
+      ag = ag.index_select(0, torch::tensor(bases)).softmax(0) * std::sqrt(n);
+    } else {
+      av = av.index_select(0, torch::tensor(bases));
+      ag = ag.index_select(0, torch::tensor(bases));
+    }
+    auto z = x;
+    if (o.filter) z = x * torch::sigmoid(torch::mv(m.filter->weight, torch::cat({x, c})) + m.filter->bias);
+    for (int64_t l = 0; l < o.internal_layers; ++l) {
+      auto Wv = torch::zeros_like(m.basis_EOI[l][0]), Wg = torch::zeros_like(Wv);
+      auto bv = torch::zeros_like(m.basis_EO[l][0]), bg = torch::zeros_like(bv);
+      for (size_t i = 0; i < bases.size(); ++i) {
+        const auto e = bases[i];
+        Wv = Wv + av[i] * m.basis_EOI[l][e] / std::sqrt(n);
+        Wg = Wg + ag[i] * m.basis_EOI[l][e] / std::sqrt(n);
+        bv = bv + av[i] * m.basis_EO[l][e] / std::sqrt(n);
+        bg = bg + ag[i] * m.basis_EO[l][e] / std::sqrt(n);
+      }
+      auto v = torch::mv(Wv, z) + bv;
+      if (o.gate_path) {
+        auto gp = torch::mv(Wg, z) + bg;
+        auto g = gp / torch::sqrt(gp.pow(2).mean() + 1e-8) * m.gate_norms[l]->weight;
+        z = v * (1 + m.lambda * torch::silu(g));
+      } else {
+        z = v;
+      }
+      if (l + 1 < o.internal_layers) z = layer_norm(z, m.layer_norms[l]);
+    }
+    y = y + pi[b] * z;
+  }
+  if (m.shared_expert) {
+    const auto& s = *m.shared_expert;
+    const int64_t H = s.expert_hidden();
+    auto gu = s.gate_up_proj[0];
+    y = y + torch::mv(s.down_proj[0], torch::silu(torch::mv(gu.narrow(0, 0, H), x)) * torch::mv(gu.narrow(0, H, H), x));
+  }
+  return y;
+}
+
+std::shared_ptr<IntBFeedForward> make_slot(IntBOptions o, int64_t d = 12, uint64_t seed = 3) {
+  auto m = std::make_shared<IntBFeedForward>(d, o);
+  ModelConfig c;
+  init_by_role(*m, seed, c);
+  m->to(torch::kFloat64);
+  torch::NoGradGuard g;  // biases, gains and lambda away from their init so every term is exercised
+  for (auto& p : m->parameters())
+    if (p.dim() <= 1) p.add_(torch::randn_like(p) * 0.3);
+  return m;
+}
+
+// Forward and the gradients of x and every parameter of `m` against the reference.
+void expect_matches_reference(IntBFeedForward& m, const std::string& what) {
+  torch::manual_seed(7);
+  auto x = torch::randn({2, 5, 12}, torch::kFloat64).requires_grad_(true);
+  auto R = torch::randn({2, 5, 12}, torch::kFloat64);
+  AuxLosses aux;
+  m.train();
+  auto y = m.forward(x, aux);
+  (y * R).sum().backward();
+  std::map<std::string, at::Tensor> grads;
+  for (auto& p : m.named_parameters()) {
+    grads[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
+    p.value().mutable_grad() = at::Tensor();
+  }
+  auto gx = x.grad().clone();
+  x.mutable_grad() = at::Tensor();
+  std::vector<at::Tensor> rows;
+  auto x_TD = x.view({-1, 12});
+  for (int64_t t = 0; t < x_TD.size(0); ++t) rows.push_back(reference_token(m, x_TD[t]));
+  auto ref = torch::stack(rows).view({2, 5, 12});
+  EXPECT_TRUE(torch::allclose(y, ref, 1e-10, 1e-12)) << what << ": max diff " << (y - ref).abs().max().item<double>();
+  (ref * R).sum().backward();
+  EXPECT_TRUE(torch::allclose(gx, x.grad(), 1e-9, 1e-11)) << what << " dx";
+  for (auto& p : m.named_parameters()) {
+    auto want = p.value().grad().defined() ? p.value().grad() : torch::zeros_like(p.value());
+    EXPECT_TRUE(torch::allclose(grads[p.key()], want, 1e-9, 1e-11))
+        << what << " d" << p.key() << " max diff " << (grads[p.key()] - want).abs().max().item<double>();
+  }
+}
+
+IntBOptions small_options() {
+  IntBOptions o;
+  o.blocks = 4;
+  o.basis = 5;
+  o.top_k = 2;
+  o.hidden = 10;
+  o.codebook_dim = 6;
+  o.hyper_hidden = 7;
+  o.router_hidden = 9;
+  o.shared_hidden = 8;
+  o.lambda0 = 1.0;
+  return o;
+}
+
+}  // namespace
+
+TEST(IntB, MatchesTheSpecForEveryDepthAndTopK) {
+  for (int64_t L : {1, 2, 3})
+    for (int64_t k = 1; k <= 4; ++k) {
+      auto o = small_options();
+      o.internal_layers = L;
+      o.top_k = k;
+      auto m = make_slot(o);
+      expect_matches_reference(*m, fmt::format("L = {}, k = {}", L, k));
+    }
+}
+
+TEST(IntB, MatchesTheSpecUnderEachAblation) {
+  std::vector<std::pair<std::string, std::function<void(IntBOptions&)>>> cases = {
+      {"no gate path", [](IntBOptions& o) { o.gate_path = false; }},
+      {"no filter", [](IntBOptions& o) { o.filter = false; }},
+      {"no shared expert", [](IntBOptions& o) { o.shared_hidden = 0; }},
+      {"fixed lambda", [](IntBOptions& o) { o.learn_lambda = false; }},
+      {"softmax coefficients", [](IntBOptions& o) { o.softmax_coefficients = true; }},
+      {"basis 2 removed", [](IntBOptions& o) { o.removed_basis = 2; }},
+  };
+  for (auto& [name, set] : cases) {
+    auto o = small_options();
+    set(o);
+    auto m = make_slot(o);
+    expect_matches_reference(*m, name);
+    if (name == "fixed lambda") {
+      bool learned = false;
+      for (auto& p : m->named_parameters()) learned = learned || p.key() == "lambda";
+      EXPECT_FALSE(learned) << "lambda is a parameter";
+    }
+  }
+}
+
+// Inference composes once and reuses the blocks; the result is the training path's, bit for bit
+// in float64 and within 1e-6 relative in float32.
+TEST(IntB, CachedInferenceEqualsTheTrainingPath) {
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    auto m = make_slot(small_options());
+    m->to(dtype);
+    auto x = torch::randn({3, 4, 12}, dtype);
+    AuxLosses aux;
+    m->train();
+    auto trained = m->forward(x, aux).detach();
+    EXPECT_FALSE(m->cached());
+    m->eval();
+    torch::NoGradGuard g;
+    auto first = m->forward(x, aux);
+    EXPECT_TRUE(m->cached());
+    auto second = m->forward(x, aux);
+    if (dtype == torch::kFloat64) {
+      EXPECT_TRUE(torch::equal(first, trained));
+    } else {
+      EXPECT_TRUE(torch::allclose(first, trained, 1e-6, 1e-7));
+    }
+    EXPECT_TRUE(torch::equal(first, second));
+    m->train();
+    EXPECT_FALSE(m->cached()) << "a mode change keeps a stale cache";
+  }
+}
+
+// The probe's E -> E-1 equals a module built with that basis deleted from every pool.
+TEST(IntB, RemovalProbeEqualsAModuleWithoutThatBasis) {
+  auto o = small_options();
+  auto m = make_slot(o);
+  o.removed_basis = 3;
+  auto probed = make_slot(o);
+  auto fewer_opt = small_options();
+  fewer_opt.basis = o.basis - 1;
+  auto fewer = make_slot(fewer_opt);
+  torch::NoGradGuard g;
+  for (auto* target : {probed.get(), fewer.get()}) {
+    auto src = m->named_parameters();
+    for (auto& p : target->named_parameters()) {
+      auto t = src[p.key()];
+      if (target == fewer.get() && t.size(0) == o.basis && p.key().rfind("basis", 0) == 0)
+        t = torch::cat({t.narrow(0, 0, 3), t.narrow(0, 4, 1)});
+      if (target == fewer.get() && (p.key() == "value_head.weight" || p.key() == "gate_head.weight"))
+        t = torch::cat({t.narrow(0, 0, 3), t.narrow(0, 4, 1)});
+      if (target == fewer.get() && (p.key() == "value_head.bias" || p.key() == "gate_head.bias"))
+        t = torch::cat({t.narrow(0, 0, 3), t.narrow(0, 4, 1)});
+      p.value().copy_(t);
+    }
+  }
+  auto x = torch::randn({6, 12}, torch::kFloat64);
+  AuxLosses aux;
+  probed->eval(), fewer->eval(), m->eval();
+  auto a = probed->forward(x, aux), b = fewer->forward(x, aux);
+  EXPECT_TRUE(torch::allclose(a, b, 1e-12, 1e-13)) << (a - b).abs().max().item<double>();
+  EXPECT_FALSE(torch::allclose(a, m->forward(x, aux), 1e-6, 1e-6)) << "removing a basis changed nothing";
+}
+
+TEST(IntB, ConfigBuildsTheSlotAndRefusesBadKeys) {
+  EXPECT_EQ(test::config_error({"model.ffn=intb", "model.moe.num_experts=8", "model.moe.top_k=2"}), "");
+  EXPECT_NE(test::config_error({"model.ffn=intb", "model.moe.num_experts=2", "model.moe.top_k=3"}).find("top_k"),
+            std::string::npos);
+  EXPECT_NE(test::config_error({"model.moe.intb.coefficients=cubic"}).find("model.moe.intb.coefficients"),
+            std::string::npos);
+  auto c = test::small_model(40, 16, 2);
+  c.ffn = "intb";
+  c.moe.layers = "1";
+  c.moe.num_experts = 4;
+  c.moe.expert_hidden = 24;
+  auto plan = MoEPlan{};
+  auto dense = make_feed_forward(c, 0, plan);
+  auto intb = std::dynamic_pointer_cast<IntBFeedForward>(make_feed_forward(c, 1, plan));
+  EXPECT_EQ(std::dynamic_pointer_cast<IntBFeedForward>(dense), nullptr);
+  ASSERT_NE(intb, nullptr);
+  EXPECT_EQ(intb->basis_EOI.size(), 2u);
+  EXPECT_EQ(intb->basis_EOI[0].sizes(), (std::vector<int64_t>{16, 24, 16}));
+  EXPECT_EQ(intb->basis_EOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
+}
