@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -184,6 +184,16 @@ expect_ok '"expert_parameters_stored"' -- "$MF" info runs/vit_moe --json
 expect_ok "globally dead" -- "$MF" usage runs/vit_moe --windows 4 --out vit_usage
 grep -q "<rect" vit_usage_heatmap.svg || fail "vit usage heatmap"
 expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
+# IntBMoE: an FFN-slot kind by config (LM and ViT), its accounting and its probes
+INTB=(--set model.ffn=intb --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
+      --set model.moe.intb.basis=4 --set model.moe.layers=1)
+"$MF" train tiny.toml "${INTB[@]}" --set run.name=intb > /dev/null 2>&1 || fail "intb train"
+expect_ok '"flops_per_token_cached"' -- "$MF" info runs/intb --json
+expect_ok "mean recipe cosine" -- "$MF" intb-probe runs/intb --windows 2
+[ -s runs/intb/checkpoints/step_00000006/intb_probe_removal.svg ] || fail "intb removal picture"
+expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" "${INTB[@]}" \
+  --set model.moe.dense_ffn=gelu --set run.name=vit_intb
+expect_fail 2 "model.moe.intb.coefficients" -- "$MF" config tiny.toml --set model.moe.intb.coefficients=cubic
 expect_ok "r(rho, co-activation)" -- "$MF" diagnose runs/vit_moe --windows 4 --tokens 200 --fit-steps 10 --out vit_diag
 grep -q "<circle" vit_diag_alignment.svg || fail "diagnose scatter"
 expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"

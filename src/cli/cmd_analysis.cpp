@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "methods/intb/probe.h"
 #include "methods/unif/diagnostics.h"
 #include "methods/unipool/probe.h"
 
@@ -116,6 +117,25 @@ void register_analysis_commands(CLI::App& app) {
         "r(shared ratio, demand) = -0.673\n",
         dopt.delta, dopt.epsilon);
     for (auto& p : write_diagnosis(d, prefix, model.cfg.run.name)) std::cout << "wrote " << p << "\n";
+  });
+
+  auto* ip = app.add_subcommand(
+      "intb-probe",
+      "IntBMoE probes: remove one expert basis from every composition of one slot (1/sqrt(E) -> 1/sqrt(E-1)) and "
+      "evaluate without retraining, for every slot and basis; pairwise cosine of the block recipes (SVG + JSON)");
+  static std::string ip_out;
+  ip->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  ip->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
+  ip->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::PositiveNumber);
+  ip->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
+  ip->add_option("--out", ip_out, "output prefix (default: CHECKPOINT_DIR/intb_probe)");
+  ip->callback([] {
+    auto model = open_evaluable(ckpt, windows, data_dir);
+    auto p = intb_probe(model, split);
+    std::cout << p.markdown();
+    const std::string prefix =
+        ip_out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "intb_probe").string() : ip_out;
+    for (auto& path : write_intb_probe(p, prefix, model.cfg.run.name)) std::cout << "wrote " << path << "\n";
   });
 }
 

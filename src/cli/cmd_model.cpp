@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/upcycle.h"
+#include "methods/intb/intb.h"
 #include "methods/unif/unif.h"
 #include "model/moe_ffn.h"
 #include "serve/generate.h"
@@ -250,6 +251,11 @@ void register_model_commands(CLI::App& app) {
                    {"measured",
                     "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
                     "active_blocks per layer"}};
+    }
+    if (m.ffn == "intb") {
+      const int64_t per_sample =
+          classifier ? (m.image_size / m.patch_size) * (m.image_size / m.patch_size) + 1 : cfg.train.seq_len;
+      j["intb"] = intb_accounting(ffns, cfg.train.batch_size * per_sample);
     }
     if (as_json) {
       std::cout << j.dump(2) << "\n";

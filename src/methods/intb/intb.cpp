@@ -125,6 +125,12 @@ const ComposedBlocks& IntBFeedForward::cached_blocks() {
   return *cache_;
 }
 
+void IntBFeedForward::set_removed_basis(int64_t e) {
+  TORCH_CHECK(e >= -1 && e < opt_.basis, "basis ", e, " does not exist (E = ", opt_.basis, ")");
+  opt_.removed_basis = e;
+  cache_.reset();
+}
+
 void IntBFeedForward::train(bool on) {
   cache_.reset();
   FeedForward::train(on);

@@ -7,6 +7,8 @@
 #pragma once
 #include <torch/nn/modules/normalization.h>
 
+#include <nlohmann/json.hpp>
+
 #include <optional>
 
 #include "core/config.h"
@@ -85,6 +87,7 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
   bool cached() const { return cache_.has_value(); }
   RouterOutput route(const at::Tensor& x_TD) const;  // top-k of the router MLP, softmax over all K
   const IntBOptions& options() const { return opt_; }
+  void set_removed_basis(int64_t e);     // the removal probe (-1 = none); drops the cache
   int64_t layer_width(int64_t l) const;  // d_l: d_0 = d_L = D, else the internal width
 
   at::Tensor codebook_KC;
@@ -104,6 +107,18 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
   int64_t d_model_;
   std::optional<ComposedBlocks> cache_;
 };
+
+// What one IntBMoE slot costs (../shared/specs/intbmoe.md, "Cost"); FLOPs count 2 per
+// multiply-add, elementwise work left out.
+struct IntBCost {
+  int64_t parameters = 0;               // stored; all of them shape every token (full participation)
+  int64_t executed_parameters = 0;      // multiplied per token with the cache: router, filter x part, k blocks, shared
+  int64_t materialized_parameters = 0;  // the K composed blocks (and the codebook's filter part) the cache holds
+  int64_t flops_cached = 0;             // per token, with the cache
+  int64_t flops_compose = 0;            // composing all K blocks once (every forward without the cache)
+};
+IntBCost intb_cost(const IntBFeedForward& m);
+nlohmann::json intb_accounting(const std::vector<std::shared_ptr<FeedForward>>& ffns, int64_t tokens_per_forward);
 
 // Registers model.ffn = "intb", the [model.moe.intb] keys and their validation.
 void register_intb();

@@ -248,3 +248,17 @@ TEST(IntB, ConfigBuildsTheSlotAndRefusesBadKeys) {
   EXPECT_EQ(intb->basis_EOI[0].sizes(), (std::vector<int64_t>{16, 24, 16}));
   EXPECT_EQ(intb->basis_EOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
 }
+
+// D = 12, K = 4, E = 5, k = 2, L = 2 (12 -> 10 -> 12), C = 6, H = 7, R = 9, shared width 8, by hand.
+TEST(IntB, CostsByHand) {
+  auto m = make_slot(small_options());
+  const auto c = intb_cost(*m);
+  // codebook 24, hypernetwork 49 + 14 + 80, bases 650 + 660, norms 10 + 12 + 20, router 157,
+  // filter 228, lambda 1, shared 288
+  EXPECT_EQ(c.parameters, 2193);
+  // block: 2 paths x ((10*12 + 10) + (12*10 + 12)) = 524; router 157, filter x part 144, shared 288
+  EXPECT_EQ(c.executed_parameters, 157 + 144 + 2 * 524 + 288);
+  EXPECT_EQ(c.materialized_parameters, 4 * 524 + 4 * 12);
+  EXPECT_EQ(c.flops_cached, 2 * (108 + 36) + 2 * 144 + 2 * 2 * 480 + 2 * 288);
+  EXPECT_EQ(c.flops_compose, 2 * 4 * 5 * 2 * 262 + 2 * 4 * (6 * 7 + 7 * 10) + 2 * 4 * 6 * 12);
+}
