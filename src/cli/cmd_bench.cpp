@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/timing.h"
 #include "core/util.h"
+#include "methods/intb/bench.h"
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
@@ -25,7 +26,6 @@ struct Shape {
   std::string name;
   int64_t T, d, E, k, F;
 };
-
 
 // default_env: run the peer as a user's shell would, without the OMP_WAIT_POLICY=PASSIVE
 // that moeforge sets for itself (and its children inherit).
@@ -155,6 +155,46 @@ void register_bench_commands(CLI::App& app) {
     std::cout << fmt::format("T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; best of {} timed runs\n", uo.tokens,
                              uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
     if (!unif_json.empty()) write_file_atomic(unif_json, out.dump(2) + "\n");
+  });
+
+  auto* intb = bench->add_subcommand(
+      "intb",
+      "one IntBMoE slot per request as the basis pool grows: inference time and resident memory with the "
+      "composition cache and recomposing every forward (cached should stay flat in E)");
+  static IntBBenchOptions io;
+  static std::string intb_json;
+  intb->add_option("--tokens", io.tokens, "tokens per request (197 = one 224px DeiT image)")->capture_default_str();
+  intb->add_option("--d", io.d_model, "model width d")->capture_default_str();
+  intb->add_option("--hidden", io.hidden, "internal width of a block")->capture_default_str();
+  intb->add_option("--basis", io.basis, "pool sizes E (space-separated)")->capture_default_str();
+  intb->add_option("--iters", io.iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  intb->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  intb->add_option("--json", intb_json, "also write the results as JSON");
+  intb->callback([] {
+    at::set_num_threads(threads);
+    auto rows = bench_intb(io);
+    const auto& first = rows.front();
+    std::cout << fmt::format("{:>5} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>15}\n", "E", "cached ms", "uncached ms",
+                             "vs E[0]", "cached MiB", "uncached MiB", "GFLOP/token", "uncached GFLOP");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      std::cout << fmt::format("{:>5} {:>10.3f} {:>12.3f} {:>8.2f}x {:>11.2f} {:>13.2f} {:>12.5f} {:>15.5f}\n", r.basis,
+                               1e3 * r.cached_seconds, 1e3 * r.uncached_seconds,
+                               r.cached_seconds / first.cached_seconds, r.cached_bytes / 1048576.0,
+                               r.uncached_bytes / 1048576.0, r.flops_cached * 1e-9, r.flops_uncached * 1e-9);
+      out.push_back({{"basis", r.basis},
+                     {"cached_seconds", r.cached_seconds},
+                     {"uncached_seconds", r.uncached_seconds},
+                     {"cached_bytes", r.cached_bytes},
+                     {"uncached_bytes", r.uncached_bytes},
+                     {"flops_cached", r.flops_cached},
+                     {"flops_uncached", r.flops_uncached}});
+    }
+    std::cout << fmt::format(
+        "T = {} tokens per request, d = {}, internal width {}, K = {}, k = {}, {} threads; best "
+        "of {} timed runs\n",
+        io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, threads, io.iters);
+    if (!intb_json.empty()) write_file_atomic(intb_json, out.dump(2) + "\n");
   });
 }
 
