@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe layer; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -194,6 +194,16 @@ expect_ok "mean recipe cosine" -- "$MF" intb-probe runs/intb --windows 2
 expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" "${INTB[@]}" \
   --set model.moe.dense_ffn=gelu --set run.name=vit_intb
 expect_fail 2 "model.moe.intb.coefficients" -- "$MF" config tiny.toml --set model.moe.intb.coefficients=cubic
+# one slot alone: names, example input, run with gradients, a bad weight file
+expect_ok "basis0_weight" -- "$MF" layer names --config tiny.toml "${INTB[@]}" --layer 1 --write slot.safetensors \
+  --write-input slot_in.safetensors
+expect_ok "wrote 1 tensors" -- "$MF" layer run --config tiny.toml "${INTB[@]}" --layer 1 --weights slot.safetensors \
+  --input slot_in.safetensors --out slot_out.safetensors
+expect_ok "dy" -- "$MF" layer names --help
+"$MF" layer run --config tiny.toml "${INTB[@]}" --layer 1 --weights slot.safetensors --input slot_in.safetensors \
+  --grad slot_in.safetensors --out slot_grad.safetensors > /dev/null || fail "layer run --grad"
+expect_fail 3 "gate.weight' of shape \[8, 32\] is missing" -- "$MF" layer run --config tiny.toml --set model.ffn=moe --layer 1 \
+  --weights slot.safetensors --input slot_in.safetensors --out bad.safetensors
 expect_ok "r(rho, co-activation)" -- "$MF" diagnose runs/vit_moe --windows 4 --tokens 200 --fit-steps 10 --out vit_diag
 grep -q "<circle" vit_diag_alignment.svg || fail "diagnose scatter"
 expect_ok "wrote logits \[3, 10\]" -- "$MF" eval runs/vit --dump-logits vit.logits --images "$SRC/tests/fixtures/three_images.idx.gz"

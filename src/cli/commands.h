@@ -17,6 +17,7 @@ void register_analysis_commands(CLI::App& app);  // usage, probe
 void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
 void register_latent_commands(CLI::App& app);    // shape, id, jacobian
 void register_umoe_commands(CLI::App& app);      // saliency, umoe
+void register_layer_commands(CLI::App& app);     // layer names, layer run
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);
