@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe layer; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -191,6 +191,11 @@ INTB=(--set model.ffn=intb --set model.moe.num_experts=4 --set model.moe.top_k=2
 expect_ok '"flops_per_token_cached"' -- "$MF" info runs/intb --json
 expect_ok "mean recipe cosine" -- "$MF" intb-probe runs/intb --windows 2
 [ -s runs/intb/checkpoints/step_00000006/intb_probe_removal.svg ] || fail "intb removal picture"
+expect_ok "baked 1 IntBMoE slots" -- "$MF" intb-bake runs/intb -o intb_baked
+"$MF" eval runs/intb --dump-logits intb.logits --tokens 5,6,7,8 > /dev/null || fail "intb logits"
+"$MF" eval intb_baked --dump-logits intb_baked.logits --tokens 5,6,7,8 > /dev/null || fail "baked logits"
+cmp intb.logits intb_baked.logits || fail "the baked IntBMoE checkpoint gives other logits"
+expect_fail 1 "baked IntBMoE checkpoint has no basis pool" -- "$MF" intb-probe intb_baked --windows 2
 expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" "${INTB[@]}" \
   --set model.moe.dense_ffn=gelu --set run.name=vit_intb
 expect_fail 2 "model.moe.intb.coefficients" -- "$MF" config tiny.toml --set model.moe.intb.coefficients=cubic

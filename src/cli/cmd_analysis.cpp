@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "methods/intb/intb.h"
 #include "methods/intb/probe.h"
 #include "methods/unif/diagnostics.h"
 #include "methods/unipool/probe.h"
@@ -136,6 +137,18 @@ void register_analysis_commands(CLI::App& app) {
     const std::string prefix =
         ip_out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "intb_probe").string() : ip_out;
     for (auto& path : write_intb_probe(p, prefix, model.cfg.run.name)) std::cout << "wrote " << path << "\n";
+  });
+
+  auto* bake = app.add_subcommand("intb-bake",
+                                  "write an IntBMoE checkpoint with its K blocks composed once and stored, the "
+                                  "codebook, hypernetworks and basis pools dropped (serving computes the same logits)");
+  static std::string bake_out;
+  bake->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  bake->add_option("-o,--out", bake_out, "output checkpoint directory")->required();
+  bake->callback([] {
+    auto r = bake_intb(ckpt, bake_out);
+    std::cout << fmt::format("baked {} IntBMoE slots: {} -> {} stored values; wrote {}\n", r.slots, r.parameters_before,
+                             r.parameters_after, bake_out);
   });
 }
 

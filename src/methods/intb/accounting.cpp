@@ -23,6 +23,7 @@ IntBCost intb_cost(const IntBFeedForward& m) {
   c.executed_parameters = router + filter_x + o.top_k * block + shared;
   c.flops_cached = 2 * (D * R + R * K) + 2 * filter_x + 2 * o.top_k * weights + 2 * shared;
   c.flops_compose += 2 * K * (C * H + H * 2 * E) + (o.filter ? 2 * K * C * D : 0);
+  if (o.baked) c.flops_compose = 0;  // the blocks are stored composed
   return c;
 }
 

@@ -28,20 +28,35 @@ IntBOptions intb_options(const ModelConfig& c) {
   o.filter = s.filter;
   o.learn_lambda = s.learn_lambda;
   o.softmax_coefficients = s.coefficients == "softmax";
+  o.baked = s.baked;
   return o;
 }
 
 IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o) : opt_(o), d_model_(d) {
   const int64_t K = o.blocks, E = o.basis, C = o.codebook_dim, H = o.hyper_hidden;
-  codebook_KC = register_parameter("codebook", torch::empty({K, C}));
-  hyper = register_module("hyper", torch::nn::Linear(C, H));
-  hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({H})));
-  value_head = register_module("value_head", torch::nn::Linear(H, E));
-  gate_head = register_module("gate_head", torch::nn::Linear(H, E));
+  if (!o.baked) {
+    codebook_KC = register_parameter("codebook", torch::empty({K, C}));
+    hyper = register_module("hyper", torch::nn::Linear(C, H));
+    hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({H})));
+    value_head = register_module("value_head", torch::nn::Linear(H, E));
+    gate_head = register_module("gate_head", torch::nn::Linear(H, E));
+  }
   for (int64_t l = 0; l < o.internal_layers; ++l) {
     const int64_t O = layer_width(l + 1), I = layer_width(l);
-    basis_EOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({E, O, I})));
-    basis_EO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({E, O})));
+    if (o.baked) {
+      auto reg = [&](const char* what, std::vector<int64_t> shape) {
+        return register_parameter(fmt::format("block{}_{}", l, what), torch::zeros(shape));
+      };
+      baked_.value_KOI.push_back(reg("value_weight", {K, O, I}));
+      baked_.value_KO.push_back(reg("value_bias", {K, O}));
+      if (o.gate_path) {
+        baked_.gate_KOI.push_back(reg("gate_weight", {K, O, I}));
+        baked_.gate_KO.push_back(reg("gate_bias", {K, O}));
+      }
+    } else {
+      basis_EOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({E, O, I})));
+      basis_EO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({E, O})));
+    }
     gate_norms.push_back(register_module(fmt::format("gate_norm{}", l), RMSNorm(O, 1e-8)));
     if (l + 1 < o.internal_layers)
       layer_norms.push_back(
@@ -49,15 +64,47 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o) : opt_(o), d_model_(d
   }
   router_in = register_module("router_in", torch::nn::Linear(d, o.router_hidden));
   router_out = register_module("router_out", torch::nn::Linear(o.router_hidden, K));
-  filter = register_module("filter", torch::nn::Linear(d + C, d));
+  if (o.filter && o.baked) {  // the x part; the codebook's part and the bias live in the blocks
+    filter = register_module("filter", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
+    baked_.filter_KD = register_parameter("filter_blocks", torch::zeros({K, d}));
+  } else if (o.filter) {
+    filter = register_module("filter", torch::nn::Linear(d + C, d));
+  }
   auto l0 = torch::full({1}, o.lambda0);
   lambda = o.learn_lambda ? register_parameter("lambda", l0) : register_buffer("lambda", l0);
   if (o.shared_hidden > 0)
     shared_expert = register_module("shared_expert", std::make_shared<ExpertBank>(1, d, o.shared_hidden));
   // until init_weights runs: the spec's inits from the global generator
   torch::NoGradGuard g;
-  codebook_KC.normal_();
+  if (codebook_KC.defined()) codebook_KC.normal_();
   for (auto& w : basis_EOI) w.uniform_(-1 / std::sqrt(double(w.size(-1))), 1 / std::sqrt(double(w.size(-1))));
+}
+
+NamedTensors IntBFeedForward::baked_tensors() const {
+  TORCH_CHECK(!opt_.baked, "this IntBMoE slot is baked already");
+  torch::NoGradGuard g;
+  const auto c = compose();
+  NamedTensors out;
+  for (auto& p : named_parameters()) {
+    const auto& k = p.key();
+    const bool pool = k == "codebook" || k.rfind("hyper", 0) == 0 || k.rfind("value_head", 0) == 0 ||
+                      k.rfind("gate_head", 0) == 0 || k.rfind("basis", 0) == 0 || k.rfind("filter.", 0) == 0;
+    if (!pool) out.emplace_back(k, p.value());
+  }
+  for (auto& b : named_buffers()) out.emplace_back(b.key(), b.value());
+  for (int64_t l = 0; l < opt_.internal_layers; ++l) {
+    out.emplace_back(fmt::format("block{}_value_weight", l), c.value_KOI[l]);
+    out.emplace_back(fmt::format("block{}_value_bias", l), c.value_KO[l]);
+    if (opt_.gate_path) {
+      out.emplace_back(fmt::format("block{}_gate_weight", l), c.gate_KOI[l]);
+      out.emplace_back(fmt::format("block{}_gate_bias", l), c.gate_KO[l]);
+    }
+  }
+  if (opt_.filter) {
+    out.emplace_back("filter.weight", filter->weight.narrow(1, 0, d_model_).contiguous());
+    out.emplace_back("filter_blocks", c.filter_KD);
+  }
+  return out;
 }
 
 int64_t IntBFeedForward::layer_width(int64_t l) const {
@@ -82,6 +129,7 @@ ParamRoleList IntBFeedForward::param_roles() const {
 // W_{b,p}^(l) = (1/sqrt(E)) sum_e alpha_{b,e}^p W_e^(l), the same for the biases; the probe
 // leaves basis `removed` out (scale 1/sqrt(E-1)); the softmax ablation mixes convexly instead.
 ComposedBlocks IntBFeedForward::compose() const {
+  if (opt_.baked) return baked_;
   ComposedBlocks c;
   auto lin = [](const torch::nn::Linear& m, const at::Tensor& x) { return F::linear(x, m->weight, m->bias); };
   const auto& n = hyper_norm;
@@ -260,6 +308,9 @@ void register_intb() {
                    "IntBMoE ablation: false drops the block-conditioned feature filter (z0 = x)"),
       key_at<bool>("model.moe.intb.learn_lambda", ref(&IntBConfig::learn_lambda),
                    "IntBMoE ablation: false keeps lambda fixed at lambda0"),
+      key_at<bool>("model.moe.intb.baked", ref(&IntBConfig::baked),
+                   "IntBMoE: the blocks are stored composed (written by `moeforge intb-bake`, for serving); no "
+                   "codebook, hypernetwork or pools"),
       key_at<std::string>("model.moe.intb.coefficients", ref(&IntBConfig::coefficients),
                           "IntBMoE: recipe coefficients used as they are, scaled 1/sqrt(E) (linear), or a softmax over "
                           "the bases (ablation)",

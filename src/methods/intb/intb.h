@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/config.h"
+#include "io/safetensors.h"
 #include "model/layers.h"
 #include "moe/banks.h"
 #include "moe/routing.h"
@@ -34,13 +35,14 @@ struct IntBConfig : MethodSectionOf<IntBConfig> {
   bool filter = true;
   bool learn_lambda = true;             // false: lambda stays lambda0
   std::string coefficients = "linear";  // linear (divided by sqrt(E)) | softmax over the bases
+  bool baked = false;  // the K blocks stored composed (a serving export): no codebook, hypernetwork or pools
 };
 
 struct IntBOptions {
   int64_t blocks = 8, basis = 16, top_k = 2, internal_layers = 2, hidden = 0;
   int64_t codebook_dim = 32, hyper_hidden = 16, router_hidden = 64, shared_hidden = 0;  // 0 = no shared expert
   double lambda0 = 1.0;
-  bool gate_path = true, filter = true, learn_lambda = true, softmax_coefficients = false;
+  bool gate_path = true, filter = true, learn_lambda = true, softmax_coefficients = false, baked = false;
   int64_t removed_basis = -1;  // expert-removal probe: basis e left out of every composition (1/sqrt(E-1))
 };
 IntBOptions intb_options(const ModelConfig& c);
@@ -89,6 +91,9 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
   const IntBOptions& options() const { return opt_; }
   void set_removed_basis(int64_t e);     // the removal probe (-1 = none); drops the cache
   int64_t layer_width(int64_t l) const;  // d_l: d_0 = d_L = D, else the internal width
+  // The tensors of this slot as a baked slot (model.moe.intb.baked) has them: the K blocks
+  // composed now in place of codebook, hypernetwork and pools; local names.
+  NamedTensors baked_tensors() const;
 
   at::Tensor codebook_KC;
   torch::nn::Linear hyper{nullptr}, value_head{nullptr}, gate_head{nullptr};
@@ -106,6 +111,7 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
   IntBOptions opt_;
   int64_t d_model_;
   std::optional<ComposedBlocks> cache_;
+  ComposedBlocks baked_;  // baked slots: the stored blocks (parameters)
 };
 
 // What one IntBMoE slot costs (../shared/specs/intbmoe.md, "Cost"); FLOPs count 2 per
@@ -119,6 +125,14 @@ struct IntBCost {
 };
 IntBCost intb_cost(const IntBFeedForward& m);
 nlohmann::json intb_accounting(const std::vector<std::shared_ptr<FeedForward>>& ffns, int64_t tokens_per_forward);
+
+// Writes `checkpoint` with every IntBMoE slot baked (model.moe.intb.baked = true): the K blocks
+// composed once, codebook, hypernetworks and pools dropped; serving computes what the
+// cached slot computes, bit for bit.
+struct BakeReport {
+  int64_t slots = 0, parameters_before = 0, parameters_after = 0;
+};
+BakeReport bake_intb(const std::string& checkpoint, const std::string& out);
 
 // Registers model.ffn = "intb", the [model.moe.intb] keys and their validation.
 void register_intb();

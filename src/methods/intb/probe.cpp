@@ -19,6 +19,9 @@ IntBProbe intb_probe(Evaluable& model, const std::string& split) {
       p.layers.push_back(static_cast<int64_t>(i));
     }
   if (slots.empty()) throw std::invalid_argument("the model has no IntBMoE slots (model.ffn = \"intb\")");
+  if (slots.front()->options().baked)
+    throw std::invalid_argument(
+        "a baked IntBMoE checkpoint has no basis pool to probe; probe the one it was baked from");
   auto loss = [&] { return mean_loss(model.evaluate(split, {})); };
   p.loss = loss();
   torch::NoGradGuard g;

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "io/checkpoint.h"
+#include "io/model_io.h"
 #include "methods/intb/intb.h"
 #include "model/moe_ffn.h"
+
+#include <filesystem>
 #include "model/params.h"
 #include "test_support.h"
 
@@ -261,4 +265,36 @@ TEST(IntB, CostsByHand) {
   EXPECT_EQ(c.materialized_parameters, 4 * 524 + 4 * 12);
   EXPECT_EQ(c.flops_cached, 2 * (108 + 36) + 2 * 144 + 2 * 2 * 480 + 2 * 288);
   EXPECT_EQ(c.flops_compose, 2 * 4 * 5 * 2 * 262 + 2 * 4 * (6 * 7 + 7 * 10) + 2 * 4 * 6 * 12);
+}
+
+// A baked checkpoint (blocks stored composed, pools dropped) gives the cached model's logits bit for bit.
+TEST(IntB, BakedCheckpointServesTheSameLogits) {
+  Config cfg;
+  cfg.model = test::small_model(40, 16, 2);
+  cfg.model.ffn = "intb";
+  cfg.model.moe.num_experts = 4;
+  cfg.model.moe.expert_hidden = 12;
+  cfg.model.moe.section<IntBConfig>().basis = 6;
+  TransformerLM m(cfg.model);
+  m->init_weights(4);
+  const auto dir = (std::filesystem::temp_directory_path() / "mf_intb_bake").string();
+  std::filesystem::remove_all(dir);
+  write_checkpoint(dir, {model_tensors(*m),
+                         {},
+                         {{"moeforge.config", to_toml(cfg)}, {"moeforge.vocab_size", "40"}, {"moeforge.step", "0"}},
+                         {{"step", 0}},
+                         ""});
+  auto r = bake_intb(dir, dir + "_baked");
+  EXPECT_EQ(r.slots, 2);
+  auto original = load_model(dir), baked = load_model(dir + "_baked");
+  EXPECT_TRUE(baked.cfg.model.moe.section<IntBConfig>().baked);
+  auto tokens = torch::randint(40, {2, 9}, torch::kLong);
+  torch::NoGradGuard g;
+  original.model->eval(), baked.model->eval();
+  EXPECT_TRUE(torch::equal(original.model->forward(tokens), baked.model->forward(tokens)));
+  int64_t stored = 0;
+  for (auto& p : baked.model->parameters()) stored += p.numel();
+  EXPECT_EQ(stored, r.parameters_after);
+  EXPECT_THROW(bake_intb(dir + "_baked", dir + "_twice"), std::invalid_argument);
+  std::filesystem::remove_all(dir), std::filesystem::remove_all(dir + "_baked");
 }
