@@ -188,6 +188,7 @@ expect_ok "| mean | own |" -- "$MF" probe runs/vit_moe --windows 4
 INTB=(--set model.ffn=intb --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
       --set model.moe.intb.basis=4 --set model.moe.layers=1)
 "$MF" train tiny.toml "${INTB[@]}" --set run.name=intb > /dev/null 2>&1 || fail "intb train"
+grep -q '"moe":\[{"cv"' runs/intb/metrics.jsonl || fail "no IntBMoE block load in the metrics"
 expect_ok '"flops_per_token_cached"' -- "$MF" info runs/intb --json
 expect_ok "mean recipe cosine" -- "$MF" intb-probe runs/intb --windows 2
 [ -s runs/intb/checkpoints/step_00000006/intb_probe_removal.svg ] || fail "intb removal picture"

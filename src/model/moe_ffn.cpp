@@ -136,8 +136,7 @@ void MoEFeedForward::after_optimizer_step() {
 
 RoutingStats MoEFeedForward::last_stats() const { return read_routing(last_); }
 
-nlohmann::json MoEFeedForward::stats_json() const {
-  const auto s = last_stats();
+nlohmann::json routing_stats_json(int64_t layer, const RoutingStats& s) {
   nlohmann::json j = {{"layer", layer},
                       {"load", s.load},
                       {"cv", s.cv()},
@@ -154,9 +153,21 @@ nlohmann::json MoEFeedForward::stats_json() const {
     j[c.name + "_mean"] = c.mean;
     j[c.name + "_hist"] = c.histogram;
   }
-  if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
   for (auto& [name, v] : s.losses) j[name] = v;
   return j;
+}
+
+nlohmann::json MoEFeedForward::stats_json() const {
+  auto j = routing_stats_json(layer, last_stats());
+  if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
+  return j;
+}
+
+std::vector<ReportsRouting*> routing_slots(const std::vector<std::shared_ptr<FeedForward>>& ffns) {
+  std::vector<ReportsRouting*> out;
+  for (auto& f : ffns)
+    if (auto* r = dynamic_cast<ReportsRouting*>(f.get())) out.push_back(r);
+  return out;
 }
 
 std::vector<std::shared_ptr<MoEFeedForward>> moe_layers(const std::vector<std::shared_ptr<FeedForward>>& ffns) {

@@ -31,6 +31,17 @@ struct MoELayerShape {
 
 class MoEFeedForward;
 
+// An FFN slot that routes tokens and reports its routing statistics per logging step (the
+// trainer's "moe" records): the MoE slot, and method slots that route on their own (IntBMoE).
+class ReportsRouting {
+ public:
+  virtual ~ReportsRouting() = default;
+  virtual nlohmann::json stats_json() const = 0;  // statistics of the last forward pass (reads the device once)
+};
+// The common fields: layer, load, cv, max/mean, entropy, dead units, units per token, dropped,
+// losses and per-token count histograms.
+nlohmann::json routing_stats_json(int64_t layer, const RoutingStats& s);
+
 class MoEExtension {
  public:
   virtual ~MoEExtension() = default;
@@ -63,14 +74,14 @@ struct MoEPlan {
 };
 MoEPlan plan_moe(const ModelConfig& c);
 
-class MoEFeedForward : public FeedForward {
+class MoEFeedForward : public FeedForward, public ReportsRouting {
  public:
   MoEFeedForward(const ModelConfig& c, int64_t layer, const MoEPlan& plan);
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
-  nlohmann::json stats_json() const;  // statistics of the last forward pass (reads the device once)
-  RoutingStats last_stats() const;    // the same, as numbers
+  nlohmann::json stats_json() const override;
+  RoutingStats last_stats() const;                              // the same, as numbers
   const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
   const MoELayerShape& shape() const { return shape_; }
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work
@@ -107,5 +118,7 @@ class MoEFeedForward : public FeedForward {
 
 // every MoE FFN of a model's blocks, in layer order
 std::vector<std::shared_ptr<MoEFeedForward>> moe_layers(const std::vector<std::shared_ptr<FeedForward>>& ffns);
+// every slot that reports routing (MoE and method slots), in layer order
+std::vector<ReportsRouting*> routing_slots(const std::vector<std::shared_ptr<FeedForward>>& ffns);
 
 }  // namespace mf

@@ -107,6 +107,7 @@ struct Trainer {
 
     auto counts = task->param_counts();
     const auto moe = moe_layers(task->feed_forwards());
+    const auto routing = routing_slots(task->feed_forwards());
     spdlog::info(
         "model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
         "{} threads",
@@ -154,7 +155,7 @@ struct Trainer {
                               {items + "_per_s", window_items / std::max(window_time, 1e-9)},
                               {"elapsed_s", elapsed},
                               {items, step * items_per_step}};
-        for (auto& m : moe) rec["moe"].push_back(m->stats_json());
+        for (auto* r : routing) rec["moe"].push_back(r->stats_json());
         metrics.write(rec);
         if (!stderr_is_tty())
           spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} {}/s", step, cfg.train.steps,

@@ -32,7 +32,7 @@ IntBOptions intb_options(const ModelConfig& c) {
   return o;
 }
 
-IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o) : opt_(o), d_model_(d) {
+IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_(o), d_model_(d), layer_(layer) {
   const int64_t K = o.blocks, E = o.basis, C = o.codebook_dim, H = o.hyper_hidden;
   if (!o.baked) {
     codebook_KC = register_parameter("codebook", torch::empty({K, C}));
@@ -209,10 +209,17 @@ torch::Tensor IntBFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   const bool infer = !is_training() && !torch::GradMode::is_enabled();
   const ComposedBlocks& blocks = infer ? cached_blocks() : *(step = compose());
   IntBBank bank(*this, blocks);
-  auto y_TD = dispatch(x_TD, route(x_TD).assignment, bank).y_TD;
+  const auto routed = route(x_TD);
+  auto y_TD = dispatch(x_TD, routed.assignment, bank).y_TD;
+  {
+    torch::NoGradGuard g;
+    last_ = tally_routing(routed);
+  }
   if (shared_expert) y_TD = y_TD + shared_expert->forward_unit(0, x_TD);
   return y_TD.view(x.sizes());
 }
+
+nlohmann::json IntBFeedForward::stats_json() const { return routing_stats_json(layer_, read_routing(last_)); }
 
 int64_t IntBBank::num_units() const { return slot_.opt_.blocks; }
 
@@ -319,7 +326,8 @@ void register_intb() {
   register_config_validator(validate_intb);
   register_ffn_kind("intb",
                     [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
-                      if (is_intb_layer(c, layer)) return std::make_shared<IntBFeedForward>(c.d_model, intb_options(c));
+                      if (is_intb_layer(c, layer))
+                        return std::make_shared<IntBFeedForward>(c.d_model, intb_options(c), layer);
                       ModelConfig dense = c;
                       dense.ffn = c.moe.dense_ffn;
                       return make_feed_forward(dense, layer, plan);

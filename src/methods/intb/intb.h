@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "io/safetensors.h"
 #include "model/layers.h"
+#include "model/moe_ffn.h"
 #include "moe/banks.h"
 #include "moe/routing.h"
 
@@ -74,9 +75,10 @@ class IntBBank : public UnitBank {
   const ComposedBlocks& blocks_;
 };
 
-class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
+class IntBFeedForward : public FeedForward, public DeclaresParamRoles, public ReportsRouting {
  public:
-  IntBFeedForward(int64_t d_model, IntBOptions opt);
+  IntBFeedForward(int64_t d_model, IntBOptions opt, int64_t layer = -1);
+  nlohmann::json stats_json() const override;  // block load of the last forward pass
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   ParamRoleList param_roles() const override;
   void train(bool on = true) override;  // a mode change drops the inference cache
@@ -112,6 +114,8 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles {
   int64_t d_model_;
   std::optional<ComposedBlocks> cache_;
   ComposedBlocks baked_;  // baked slots: the stored blocks (parameters)
+  int64_t layer_;
+  RoutingTally last_;
 };
 
 // What one IntBMoE slot costs (../shared/specs/intbmoe.md, "Cost"); FLOPs count 2 per
