@@ -74,10 +74,28 @@ std::string PairedDifference::call(bool want_positive) const {
   return "not resolved at this scale";
 }
 
+namespace {
+
+// The run's stored config, resolved as today's code reads it: keys added since take their
+// defaults, so a new method's keys do not make every earlier run look different.
+bool same_resolved_config(const std::string& path, const Config& cfg) {
+  if (!std::filesystem::exists(path)) return false;
+  try {
+    Config stored;
+    apply_toml_text(stored, read_file(path), path);
+    stored.model.vocab_size = cfg.model.vocab_size;  // not a config key
+    return to_toml(stored) == to_toml(cfg);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 std::string run_variant(const Config& cfg, const std::string& init_from) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
-  const bool same_config = fs::exists(dir / "config.toml") && read_file((dir / "config.toml").string()) == to_toml(cfg);
+  const bool same_config = same_resolved_config((dir / "config.toml").string(), cfg);
   if (same_config && fs::exists(dir / "summary.json")) {
     auto s = nlohmann::json::parse(read_file((dir / "summary.json").string()));
     if (s.value("finished", false)) {

@@ -215,3 +215,27 @@ TEST(Repro, PairedDifferenceAndCallsByHand) {
   EXPECT_EQ(wide.call(true), "not resolved at this scale");
   EXPECT_EQ(paired_difference({5}, {1}).call(true), "not resolved (one seed)");
 }
+
+// A finished run whose stored config predates keys added since (they take their defaults) is
+// reused, not retrained; a real difference still retrains.
+TEST(Repro, FinishedRunWithOlderConfigTextIsReused) {
+  namespace fs = std::filesystem;
+  Config cfg;
+  cfg.run.out_dir = (fs::temp_directory_path() / "mf_reuse").string();
+  cfg.run.name = "arm";
+  cfg.data.dir = "/nonexistent-corpus";  // training would fail at once
+  const auto dir = fs::path(cfg.run.out_dir) / "arm";
+  fs::remove_all(cfg.run.out_dir);
+  fs::create_directories(dir);
+  std::string older;  // today's TOML without one method's keys, as an older run wrote it
+  std::stringstream in(to_toml(cfg));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("moe.intb.", 0) != 0) older += line + "\n";
+  ASSERT_NE(older, to_toml(cfg));
+  write_file_atomic((dir / "config.toml").string(), older);
+  write_file_atomic((dir / "summary.json").string(), R"({"finished": true})");
+  EXPECT_EQ(run_variant(cfg), dir.string());
+  cfg.train.lr = 0.5;
+  EXPECT_ANY_THROW(run_variant(cfg)) << "a changed config was reused";
+  fs::remove_all(cfg.run.out_dir);
+}
