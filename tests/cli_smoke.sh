@@ -200,6 +200,12 @@ expect_fail 1 "baked IntBMoE checkpoint has no basis pool" -- "$MF" intb-probe i
 expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" "${INTB[@]}" \
   --set model.moe.dense_ffn=gelu --set run.name=vit_intb
 expect_fail 2 "model.moe.intb.coefficients" -- "$MF" config tiny.toml --set model.moe.intb.coefficients=cubic
+# SMEAR (IntBMoE's merging baseline): token level on the LM, example level on the ViT
+expect_ok "perplexity" -- "$MF" train tiny.toml --set model.ffn=smear --set model.moe.num_experts=3 \
+  --set model.moe.expert_hidden=16 --set run.name=smear
+expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" --set model.ffn=smear \
+  --set model.moe.num_experts=3 --set model.moe.expert_hidden=16 --set model.moe.activation=gelu \
+  --set model.moe.expert_bias=true --set model.moe.layers=1 --set model.moe.dense_ffn=gelu --set run.name=vit_smear
 # one slot alone: names, example input, run with gradients, a bad weight file
 expect_ok "basis0_weight" -- "$MF" layer names --config tiny.toml "${INTB[@]}" --layer 1 --write slot.safetensors \
   --write-input slot_in.safetensors

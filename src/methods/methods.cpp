@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "methods/intb/intb.h"
+#include "methods/intb/smear.h"
 #include "methods/latent/latent.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
@@ -20,6 +21,7 @@ void register_builtin_methods() {
     register_unipool();
     register_unif();
     register_intb();
+    register_smear();
     // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
     register_config_validator([](const Config& c) {
       if (c.model.moe.section<UniFConfig>().blocks == 0) return;

@@ -30,6 +30,7 @@ TEST(LayerRun, EverySlotKindMatchesItsModel) {
       {"latent", {"model.ffn=moe", "model.moe.latent.shapes=8,8,4,2,0"}},
       {"unif", {"model.ffn=moe", "model.moe.unif.blocks=4", "model.moe.top_k=1"}},
       {"intb", {"model.ffn=intb", "model.moe.intb.basis=3"}},
+      {"smear", {"model.ffn=smear"}},
   };
   for (auto& [kind, sets] : kinds) {
     auto cfg = slot_config(sets);

@@ -7,6 +7,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "methods/intb/intb.h"
+#include "methods/intb/smear.h"
 #include "model/moe_ffn.h"
 
 #include <filesystem>
@@ -297,4 +298,51 @@ TEST(IntB, BakedCheckpointServesTheSameLogits) {
   EXPECT_EQ(stored, r.parameters_after);
   EXPECT_THROW(bake_intb(dir + "_baked", dir + "_twice"), std::invalid_argument);
   std::filesystem::remove_all(dir), std::filesystem::remove_all(dir + "_baked");
+}
+
+// SMEAR: one merged expert per token, W_t = sum_e p_te W_e (and biases), straight from the
+// definition with the weights merged explicitly; token and example level; outputs and gradients.
+TEST(Smear, MergedExpertMatchesTheDefinition) {
+  for (bool example : {false, true})
+    for (auto act : {Activation::SwiGLU, Activation::GELU}) {
+      const bool gelu = act == Activation::GELU;
+      SmearFeedForward m(10, 4, 6, act, gelu, example);
+      m.to(torch::kFloat64);
+      {
+        torch::NoGradGuard g;
+        for (auto& p : m.parameters()) p.normal_(0, 0.4);
+      }
+      auto x = torch::randn({2, 5, 10}, torch::kFloat64).requires_grad_(true);
+      auto R = torch::randn({2, 5, 10}, torch::kFloat64);
+      AuxLosses aux;
+      auto y = m.forward(x, aux);
+      (y * R).sum().backward();
+      auto gx = x.grad().clone();
+      auto grouter = m.gate.grad().clone(), gdown = m.experts->down_proj.grad().clone();
+      x.mutable_grad() = at::Tensor();
+      for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+      const auto& b = *m.experts;
+      std::vector<at::Tensor> rows;
+      for (int64_t s = 0; s < 2; ++s)
+        for (int64_t t = 0; t < 5; ++t) {
+          auto r = example ? x[s].mean(0) : x[s][t];
+          auto p = torch::softmax(torch::mv(m.gate, r), 0);
+          auto W1 = (p.view({4, 1, 1}) * b.gate_up_proj).sum(0), W2 = (p.view({4, 1, 1}) * b.down_proj).sum(0);
+          auto pre = torch::mv(W1, x[s][t]);
+          if (gelu) pre = pre + (p.view({4, 1}) * b.gate_up_proj_bias).sum(0);
+          auto h = gelu ? torch::gelu(pre) : torch::silu(pre.narrow(0, 0, 6)) * pre.narrow(0, 6, 6);
+          auto out = torch::mv(W2, h);
+          if (gelu) out = out + (p.view({4, 1}) * b.down_proj_bias).sum(0);
+          rows.push_back(out);
+        }
+      auto ref = torch::stack(rows).view({2, 5, 10});
+      const auto what = fmt::format("example {} gelu {}", example, gelu);
+      EXPECT_TRUE(torch::allclose(y, ref, 1e-11, 1e-12)) << what;
+      (ref * R).sum().backward();
+      EXPECT_TRUE(torch::allclose(gx, x.grad(), 1e-10, 1e-12)) << what;
+      EXPECT_TRUE(torch::allclose(grouter, m.gate.grad(), 1e-10, 1e-12)) << what;
+      EXPECT_TRUE(torch::allclose(gdown, m.experts->down_proj.grad(), 1e-10, 1e-12)) << what;
+    }
+  EXPECT_NE(test::config_error({"model.ffn=smear", "model.moe.smear.routing=example"}).find("future"),
+            std::string::npos);
 }
