@@ -235,4 +235,9 @@ grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif resul
   cat repro_umoe.txt; fail "repro umoe --quick"; }
 grep -q "Symmetric perturbation beats one-sided" repro_umoe/results.md || fail "repro umoe results"
 [ -s repro_umoe/loss_curves.svg ] || fail "repro umoe curves"
+"$MF" repro intb --quick --config "$SRC/configs/repro/intb.toml" --out repro_intb --set train.threads=1 \
+  --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
+  --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_intb.txt 2>&1 || {
+  cat repro_intb.txt; fail "repro intb --quick"; }
+grep -q "IntBMoE beats top-2" repro_intb/results.md && [ -s repro_intb/intb_probe_removal.svg ] || fail "repro intb results"
 echo "cli smoke: all checks passed"

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/util.h"
+#include "methods/intb/repro.h"
 #include "methods/latent/repro.h"
 #include "methods/umoe/repro.h"
 #include "methods/unif/repro.h"
@@ -88,6 +89,16 @@ void register_repro_commands(CLI::App& app) {
   um->add_option("--prune", umoe_opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
   um->add_option("--sigma", umoe_opt.sigma, "perturbation scale")->capture_default_str();
   um->callback([] { write_results(umoe_repro(umoe_args, umoe_opt)); });
+
+  auto* ib = repro->add_subcommand(
+      "intb",
+      "IntBMoE in miniature on the LM corpus: vs dense, top-2 MoE and SMEAR at matched total parameters, the six "
+      "ablations, the removal probe and recipe similarity of the trained model, the cache's cost over E");
+  static ReproArgs intb_args{"configs/repro/intb.toml", "docs/repro/intb", {}, 3};
+  static IntBReproOptions intb_opt;
+  add_repro_options(ib, intb_args);
+  ib->add_flag("!--no-ablations", intb_opt.ablations, "skip the six ablation arms");
+  ib->callback([] { write_results(intb_repro(intb_args, intb_opt)); });
 }
 
 }  // namespace mf::cli
