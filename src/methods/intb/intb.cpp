@@ -39,7 +39,7 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_
     hyper = register_module("hyper", torch::nn::Linear(C, H));
     hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({H})));
     value_head = register_module("value_head", torch::nn::Linear(H, E));
-    gate_head = register_module("gate_head", torch::nn::Linear(H, E));
+    if (o.gate_path) gate_head = register_module("gate_head", torch::nn::Linear(H, E));
   }
   for (int64_t l = 0; l < o.internal_layers; ++l) {
     const int64_t O = layer_width(l + 1), I = layer_width(l);
@@ -57,7 +57,7 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_
       basis_EOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({E, O, I})));
       basis_EO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({E, O})));
     }
-    gate_norms.push_back(register_module(fmt::format("gate_norm{}", l), RMSNorm(O, 1e-8)));
+    if (o.gate_path) gate_norms.push_back(register_module(fmt::format("gate_norm{}", l), RMSNorm(O, 1e-8)));
     if (l + 1 < o.internal_layers)
       layer_norms.push_back(
           register_module(fmt::format("layer_norm{}", l), torch::nn::LayerNorm(torch::nn::LayerNormOptions({O}))));
@@ -137,7 +137,7 @@ ComposedBlocks IntBFeedForward::compose() const {
       lin(hyper, codebook_KC),
       F::LayerNormFuncOptions({opt_.hyper_hidden}).weight(n->weight).bias(n->bias).eps(n->options.eps())));
   c.alpha_value_KE = lin(value_head, q_KH);
-  c.alpha_gate_KE = lin(gate_head, q_KH);
+  if (opt_.gate_path) c.alpha_gate_KE = lin(gate_head, q_KH);
   const int64_t K = opt_.blocks, E = opt_.basis, e = opt_.removed_basis;
   auto keep = [&](const at::Tensor& t, int64_t dim) {
     if (e < 0) return t;
@@ -147,7 +147,8 @@ ComposedBlocks IntBFeedForward::compose() const {
   auto coefficients = [&](const at::Tensor& a_KE) {
     return opt_.softmax_coefficients ? keep(a_KE, 1).softmax(-1) : keep(a_KE, 1) * scale;
   };
-  const auto value_KE = coefficients(c.alpha_value_KE), gate_KE = coefficients(c.alpha_gate_KE);
+  const auto value_KE = coefficients(c.alpha_value_KE);
+  const auto gate_KE = opt_.gate_path ? coefficients(c.alpha_gate_KE) : at::Tensor();
   for (int64_t l = 0; l < opt_.internal_layers; ++l) {
     const auto W_EOI = keep(basis_EOI[l], 0), b_EO = keep(basis_EO[l], 0);
     const int64_t O = W_EOI.size(1), I = W_EOI.size(2), bases = W_EOI.size(0);

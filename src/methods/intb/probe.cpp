@@ -34,7 +34,8 @@ IntBProbe intb_probe(Evaluable& model, const std::string& split) {
     s->set_removed_basis(-1);
     p.removed.push_back(row);
     const auto c = s->compose();
-    auto recipe_KX = torch::cat({c.alpha_value_KE, c.alpha_gate_KE}, 1).to(torch::kDouble);
+    auto recipe_KX = (c.alpha_gate_KE.defined() ? torch::cat({c.alpha_value_KE, c.alpha_gate_KE}, 1) : c.alpha_value_KE)
+                         .to(torch::kDouble);
     auto unit_KX = recipe_KX / recipe_KX.norm(2, {1}, true).clamp_min(1e-30);
     auto cos_KK = unit_KX.matmul(unit_KX.t());
     std::vector<std::vector<double>> m(cos_KK.size(0), std::vector<double>(cos_KK.size(1)));

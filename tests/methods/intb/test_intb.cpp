@@ -40,7 +40,7 @@ at::Tensor reference_token(IntBFeedForward& m, const at::Tensor& x) {
     auto h = torch::mv(m.hyper->weight, c) + m.hyper->bias;
     auto q = torch::relu(layer_norm(h, m.hyper_norm));
     auto av = torch::mv(m.value_head->weight, q) + m.value_head->bias;
-    auto ag = torch::mv(m.gate_head->weight, q) + m.gate_head->bias;
+    auto ag = o.gate_path ? torch::mv(m.gate_head->weight, q) + m.gate_head->bias : av;  // (unused without)
     std::vector<int64_t> bases;
     for (int64_t e = 0; e < E; ++e)
       if (e != o.removed_basis) bases.push_back(e);
@@ -167,6 +167,10 @@ TEST(IntB, MatchesTheSpecUnderEachAblation) {
     set(o);
     auto m = make_slot(o);
     expect_matches_reference(*m, name);
+    if (name == "no gate path")
+      for (auto& p : m->named_parameters())
+        EXPECT_TRUE(p.key().rfind("gate_head", 0) != 0 && p.key().rfind("gate_norm", 0) != 0)
+            << p.key() << " stays without the gate path";
     if (name == "fixed lambda") {
       bool learned = false;
       for (auto& p : m->named_parameters()) learned = learned || p.key() == "lambda";
