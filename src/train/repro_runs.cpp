@@ -66,6 +66,15 @@ PairedDifference paired_difference(const std::vector<double>& a, const std::vect
   return d;
 }
 
+std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
+                             bool want_positive, const std::string& unit, double scale, int digits) {
+  const auto call = d.call(want_positive);
+  md += fmt::format("- {}: {:+.{}f} ± {:.{}f}{} → **{}**\n", text, scale * d.mean, digits, scale * d.se, digits, unit,
+                    call);
+  js["directions"][text] = {{"difference", scale * d.mean}, {"se", scale * d.se}, {"call", call}};
+  return call;
+}
+
 std::string PairedDifference::call(bool want_positive) const {
   if (seeds < 2) return "not resolved (one seed)";
   const double signed_mean = want_positive ? mean : -mean;

@@ -40,6 +40,10 @@ struct PairedDifference {
 };
 PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b);
 inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
+// Appends "- TEXT: +mean ± se UNIT → **call**" (the difference times `scale`, `digits` decimals)
+// to `md` and the numbers to js["directions"][TEXT]; returns the call.
+std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
+                             bool want_positive, const std::string& unit = "", double scale = 1, int digits = 4);
 
 // What every repro command takes: --config, --out, --seeds, --quick, --set.
 struct ReproArgs {

@@ -151,9 +151,7 @@ ReproResult intb_repro(ReproArgs args, const IntBReproOptions& opt) {
   }
   md += "\n## The paper's directions at this scale (paired by seed: difference ± standard error)\n\n";
   auto direction = [&](const std::string& text, const PairedDifference& d, bool want_positive) {
-    const auto call = d.call(want_positive);
-    md += fmt::format("- {}: {:+.4f} ± {:.4f} → **{}**\n", text, d.mean, d.se, call);
-    js["directions"][text] = {{"difference", d.mean}, {"se", d.se}, {"call", call}};
+    report_direction(md, js, text, d, want_positive);
   };
   for (std::string other : {"dense", "top2", "smear"}) {
     const auto label = std::find_if(all.begin(), all.end(), [&](auto& a) { return a.name == other; })->label;

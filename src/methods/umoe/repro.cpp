@@ -170,9 +170,7 @@ ReproResult umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   }
   md += "\n## The paper's directions at this scale (paired by seed: difference ± standard error)\n\n";
   auto direction = [&](const std::string& text, const PairedDifference& d, bool want_positive) {
-    const auto call = d.call(want_positive);
-    md += fmt::format("- {}: {:+.4f} ± {:.4f} → **{}**\n", text, d.mean, d.se, call);
-    js["directions"][text] = {{"difference", d.mean}, {"se", d.se}, {"call", call}};
+    report_direction(md, js, text, d, want_positive);
   };
   auto diff = [&](const std::string& a, const std::string& b, double Measured::*f) {
     return paired_difference(field(a, f), field(b, f));

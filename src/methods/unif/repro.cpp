@@ -173,12 +173,7 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   }
   md += "\n## The paper's directions at this scale (paired by seed: difference ± standard error)\n\n";
   auto direction = [&](const std::string& text, const PairedDifference& d, bool want_positive, const char* unit,
-                       double scale) {
-    const auto call = d.call(want_positive);
-    md += fmt::format("- {}: {:+.3f} ± {:.3f}{} → **{}**\n", text, scale * d.mean, scale * d.se, unit, call);
-    js["directions"][text] = {{"difference", scale * d.mean}, {"se", scale * d.se}, {"call", call}};
-    return call;
-  };
+                       double scale) { return report_direction(md, js, text, d, want_positive, unit, scale, 3); };
   auto diff = [&](const std::string& a, const std::string& b, double Measured::*f) {
     return paired_difference(field(a, f), field(b, f));
   };
