@@ -214,6 +214,8 @@ expect_ok "wrote 1 tensors" -- "$MF" layer run --config tiny.toml "${INTB[@]}" -
 expect_ok "dy" -- "$MF" layer names --help
 "$MF" layer run --config tiny.toml "${INTB[@]}" --layer 1 --weights slot.safetensors --input slot_in.safetensors \
   --grad slot_in.safetensors --out slot_grad.safetensors > /dev/null || fail "layer run --grad"
+expect_fail 3 'slot.safetensors: no tensor named "x"' -- "$MF" layer run --config tiny.toml "${INTB[@]}" --layer 1 \
+  --weights slot.safetensors --input slot.safetensors --out bad.safetensors
 expect_fail 3 "gate.weight' of shape \[8, 32\] is missing" -- "$MF" layer run --config tiny.toml --set model.ffn=moe --layer 1 \
   --weights slot.safetensors --input slot_in.safetensors --out bad.safetensors
 expect_ok "r(rho, co-activation)" -- "$MF" diagnose runs/vit_moe --windows 4 --tokens 200 --fit-steps 10 --out vit_diag

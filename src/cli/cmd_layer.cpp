@@ -56,10 +56,16 @@ void register_layer_commands(CLI::App& app) {
   run->add_option("--out", out, "where y (dx, grad.*) go")->required();
   run->add_option("--grad", grad, "safetensors with \"dy\" (same shape as x)");
   run->callback([] {
-    const auto x = load_safetensors(input).at("x");
+    auto tensor_in = [](const std::string& path, const char* name) {
+      auto st = load_safetensors(path);
+      auto it = st.tensors.find(name);
+      if (it == st.tensors.end()) throw FormatError(fmt::format("{}: no tensor named \"{}\"", path, name));
+      return it->second;
+    };
+    const auto x = tensor_in(input, "x");
     auto s = build_layer_slot(resolve_config(config, sets), index, x.scalar_type());
     load_layer_weights(s, load_safetensors(weights), weights);
-    const auto dy = grad.empty() ? at::Tensor() : load_safetensors(grad).at("dy");
+    const auto dy = grad.empty() ? at::Tensor() : tensor_in(grad, "dy");
     auto result = run_layer(s, x, dy);
     save_safetensors(out, result);
     std::cout << fmt::format("block {}: x {} -> y {}; wrote {} tensors to {}\n", index, c10::str(x.sizes()),

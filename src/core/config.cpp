@@ -209,8 +209,9 @@ void apply_override(Config& cfg, const std::string& assignment) {
   set_checked(cfg, *spec, *v, "--set");
 }
 
-bool is_moe_layer(const ModelConfig& m, int64_t layer) {
-  if (m.ffn != "moe") return false;
+bool is_moe_layer(const ModelConfig& m, int64_t layer) { return m.ffn == "moe" && in_moe_layers(m, layer); }
+
+bool in_moe_layers(const ModelConfig& m, int64_t layer) {
   const std::string& p = m.moe.layers;
   if (p == "all") return true;
   if (p == "every_other") return layer % 2 == 1;

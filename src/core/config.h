@@ -119,6 +119,9 @@ struct ModelConfig {
 
 // Whether block `layer` gets an MoE FFN under model.moe.layers (throws ConfigError on a bad pattern).
 bool is_moe_layer(const ModelConfig& m, int64_t layer);
+// Whether model.moe.layers picks block `layer`, whatever model.ffn is (the routed slot kinds a
+// method registers, e.g. "intb", use the same pattern).
+bool in_moe_layers(const ModelConfig& m, int64_t layer);
 int64_t num_moe_layers(const ModelConfig& m);
 
 struct DataConfig {

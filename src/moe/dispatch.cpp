@@ -6,6 +6,27 @@
 
 namespace mf {
 
+namespace {
+
+// rows of x for pairs already sorted by unit -> the units' outputs (the per-token side input gathered alike)
+at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& unit_P, UnitBank& bank) {
+  auto counts_E = at::bincount(unit_P, {}, bank.num_units());
+  auto rows_PD = x_TD.index_select(0, token_P);
+  const auto side_TX = bank.per_token(x_TD);
+  return side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, side_TX.index_select(0, token_P))
+                           : bank.forward_grouped(rows_PD, counts_E);
+}
+
+}  // namespace
+
+PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
+  PairOutputs p;
+  p.order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
+  p.unit_P = a.unit_P.index_select(0, p.order_P);
+  p.out_PD = grouped_units(x_TD, a.token_P.index_select(0, p.order_P), p.unit_P, bank);
+  return p;
+}
+
 DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt) {
   const int64_t E = bank.num_units();
   auto order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));  // ties keep token order
@@ -25,12 +46,7 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     token_P = token_P.index_select(0, keep);
     weight_P = weight_P.index_select(0, keep);
   }
-  auto counts_E = at::bincount(unit_P, {}, E);
-  auto rows_PD = x_TD.index_select(0, token_P);
-  const auto side_TX = bank.per_token(x_TD);
-  auto out_PD = (side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, side_TX.index_select(0, token_P))
-                                   : bank.forward_grouped(rows_PD, counts_E)) *
-                weight_P.to(x_TD.dtype()).unsqueeze(1);
+  auto out_PD = grouped_units(x_TD, token_P, unit_P, bank) * weight_P.to(x_TD.dtype()).unsqueeze(1);
   r.y_TD = torch::zeros_like(x_TD).index_add(0, token_P, out_PD);
   return r;
 }

@@ -17,6 +17,14 @@ struct DispatchResult {
 
 DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt = {});
 
+// The unweighted unit output of every pair, grouped by unit: pair order_P[i] (a stable sort of
+// the pairs by unit) gets out_PD[i] = unit_P(x[token_P]). dispatch() weights and scatters these;
+// analyses that need each pair's own output (e.g. REAP saliency) read them directly.
+struct PairOutputs {
+  at::Tensor order_P, unit_P, out_PD;  // unit_P: the sorted units
+};
+PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank);
+
 // Numerical ground truth: every unit on every token, combined with a dense [T, E] weight
 // matrix that is zero where a token was not routed.
 at::Tensor dense_reference(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank);

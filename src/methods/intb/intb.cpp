@@ -268,20 +268,13 @@ at::Tensor IntBBank::forward_unit(int64_t unit, const at::Tensor& rows) { return
 
 namespace {
 
-// model.moe.layers picks the IntBMoE blocks as it picks MoE blocks
-bool is_intb_layer(const ModelConfig& c, int64_t layer) {
-  ModelConfig as_moe = c;
-  as_moe.ffn = "moe";
-  return is_moe_layer(as_moe, layer);
-}
-
 void validate_intb(const Config& c) {
   const auto& m = c.model;
   if (m.ffn != "intb") return;
   if (m.moe.top_k < 1 || m.moe.top_k > m.moe.num_experts)
     throw ConfigError(fmt::format("model.moe.top_k ({}) must lie in 1..model.moe.num_experts ({}): the blocks K",
                                   m.moe.top_k, m.moe.num_experts));
-  is_intb_layer(m, 0);  // a bad model.moe.layers pattern is a ConfigError here
+  in_moe_layers(m, 0);  // a bad model.moe.layers pattern is a ConfigError here
 }
 
 }  // namespace
@@ -327,7 +320,7 @@ void register_intb() {
   register_config_validator(validate_intb);
   register_ffn_kind("intb",
                     [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
-                      if (is_intb_layer(c, layer))
+                      if (in_moe_layers(c, layer))
                         return std::make_shared<IntBFeedForward>(c.d_model, intb_options(c), layer);
                       ModelConfig dense = c;
                       dense.ffn = c.moe.dense_ffn;

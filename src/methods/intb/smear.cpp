@@ -39,16 +39,6 @@ torch::Tensor SmearFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) 
   return (p_TE.unsqueeze(-1) * down_TED).sum(1).view(x.sizes());
 }
 
-namespace {
-
-bool is_smear_layer(const ModelConfig& c, int64_t layer) {
-  ModelConfig as_moe = c;
-  as_moe.ffn = "moe";
-  return is_moe_layer(as_moe, layer);
-}
-
-}  // namespace
-
 void register_smear() {
   register_config_keys({key_at<std::string>(
       "model.moe.smear.routing", [](Config & c) -> auto& { return c.model.moe.section<SmearConfig>().routing; },
@@ -61,11 +51,11 @@ void register_smear() {
     if (c.model.task == "lm" && c.model.moe.section<SmearConfig>().routing == "example")
       throw ConfigError(
           "model.moe.smear.routing = \"example\" would let an LM token see its sequence's future; use token");
-    is_smear_layer(c.model, 0);  // a bad model.moe.layers pattern is a ConfigError here
+    in_moe_layers(c.model, 0);  // a bad model.moe.layers pattern is a ConfigError here
   });
   register_ffn_kind("smear",
                     [](const ModelConfig& c, int64_t layer, const MoEPlan& plan) -> std::shared_ptr<FeedForward> {
-                      if (!is_smear_layer(c, layer)) {
+                      if (!in_moe_layers(c, layer)) {
                         ModelConfig dense = c;
                         dense.ffn = c.moe.dense_ffn;
                         return make_feed_forward(dense, layer, plan);

@@ -12,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
+#include "moe/dispatch.h"
 
 namespace mf {
 
@@ -36,13 +37,10 @@ void SaliencyAccumulator::add(const at::Tensor& x_TD, const RouterOutput& routed
   const auto& a = routed.assignment;
   const int64_t E = experts.num_units();
   auto g_P = reap_gates(routed.scores_TE, a, renormalize);
-  auto order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, false));
-  auto unit_P = a.unit_P.index_select(0, order_P);
-  auto out_PD = experts.forward_grouped(x_TD.detach().index_select(0, a.token_P.index_select(0, order_P)),
-                                        at::bincount(unit_P, {}, E));
-  auto norm_P = out_PD.norm(2, {1}).to(torch::kDouble);  // ||E_e(x)||_2 of the raw expert output
-  auto gate_P = g_P.index_select(0, order_P).to(torch::kDouble);
-  unit_P = unit_P.cpu();
+  const auto pairs = pair_outputs(x_TD.detach(), a, experts);
+  auto norm_P = pairs.out_PD.norm(2, {1}).to(torch::kDouble);  // ||E_e(x)||_2 of the raw expert output
+  auto gate_P = g_P.index_select(0, pairs.order_P).to(torch::kDouble);
+  const auto unit_P = pairs.unit_P.cpu();
   weighted_E.index_add_(0, unit_P, (gate_P * norm_P).cpu());
   gate_E.index_add_(0, unit_P, gate_P.cpu());
   count_E += at::bincount(unit_P, {}, E);
