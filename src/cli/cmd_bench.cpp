@@ -168,6 +168,9 @@ void register_bench_commands(CLI::App& app) {
   intb->add_option("--hidden", io.hidden, "internal width of a block")->capture_default_str();
   intb->add_option("--basis", io.basis, "pool sizes E (space-separated)")->capture_default_str();
   intb->add_option("--iters", io.iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  intb->add_option("--train-tokens", io.train_tokens, "tokens per training step in the matched-parameter comparison")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   intb->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   intb->add_option("--json", intb_json, "also write the results as JSON");
   intb->callback([] {
@@ -194,7 +197,20 @@ void register_bench_commands(CLI::App& app) {
         "T = {} tokens per request, d = {}, internal width {}, K = {}, k = {}, {} threads; best "
         "of {} timed runs\n",
         io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, threads, io.iters);
-    if (!intb_json.empty()) write_file_atomic(intb_json, out.dump(2) + "\n");
+    const auto train = bench_intb_training(io);
+    std::cout << fmt::format(
+        "\nTraining step (forward + backward of {} tokens), slots with IntBMoE's parameters (E = {}):\n",
+        io.train_tokens, io.train_basis);
+    std::cout << fmt::format("{:<32} {:>12} {:>10} {:>12} {:>15}\n", "slot", "parameters", "ms", "tokens/s",
+                             "time / IntBMoE");
+    nlohmann::json training = nlohmann::json::array();
+    for (const auto& r : train) {
+      std::cout << fmt::format("{:<32} {:>12} {:>10.2f} {:>12.0f} {:>14.2f}x\n", r.label, r.parameters, 1e3 * r.seconds,
+                               io.train_tokens / r.seconds, r.seconds / train.front().seconds);
+      training.push_back({{"arm", r.arm}, {"parameters", r.parameters}, {"seconds", r.seconds}});
+    }
+    if (!intb_json.empty())
+      write_file_atomic(intb_json, nlohmann::json{{"inference", out}, {"training", training}}.dump(2) + "\n");
   });
 }
 

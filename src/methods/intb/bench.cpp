@@ -1,9 +1,12 @@
 #include "methods/intb/bench.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "core/timing.h"
+#include "io/layer_run.h"
 #include "methods/intb/intb.h"
+#include "methods/intb/repro.h"
 #include "model/params.h"
 
 namespace mf {
@@ -55,6 +58,46 @@ std::vector<IntBBenchRow> bench_intb(const IntBBenchOptions& o) {
     const auto c = intb_cost(*slot);
     r.flops_cached = c.flops_cached;
     r.flops_uncached = c.flops_cached + c.flops_compose / o.tokens;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<IntBTrainRow> bench_intb_training(const IntBBenchOptions& o) {
+  Config base;
+  for (const auto& set :
+       {fmt::format("model.d_model={}", o.d_model), std::string("model.n_layers=1"), std::string("model.n_heads=4"),
+        std::string("model.n_kv_heads=4"), std::string("model.ffn=intb"), std::string("model.moe.layers=all"),
+        fmt::format("model.moe.num_experts={}", o.blocks), fmt::format("model.moe.top_k={}", o.top_k),
+        fmt::format("model.moe.expert_hidden={}", o.hidden), fmt::format("model.moe.intb.basis={}", o.train_basis),
+        fmt::format("model.moe.intb.shared_hidden={}", o.shared_hidden)})
+    apply_override(base, set);
+  validate(base);
+  auto slot_parameters = [](const Config& c) {
+    int64_t n = 0;
+    for (auto& p : build_layer_slot(c, 0).slot->parameters()) n += p.numel();
+    return n;
+  };
+  const int64_t target = slot_parameters(base);
+  torch::manual_seed(0);
+  const auto x = torch::randn({o.train_tokens, o.d_model}).requires_grad_();
+  const auto dy = torch::randn({o.train_tokens, o.d_model});
+  std::vector<IntBTrainRow> rows;
+  for (auto arm : intb_arms(false)) {
+    arm.hi = std::min<int64_t>(arm.hi, 16 * o.hidden);  // keeps the search's largest slot small
+    const auto cfg = arm_config(base, arm, target, slot_parameters);
+    auto s = build_layer_slot(cfg, 0);
+    s.slot->train();
+    IntBTrainRow r{arm.name, arm.label, slot_parameters(cfg)};
+    r.seconds = best_seconds(o.iters, [&] {
+      AuxLosses aux;
+      auto y = s.slot->forward(x, aux);
+      auto loss = (y * dy).sum();
+      if (auto a = aux.total(); a.defined()) loss = loss + a;
+      loss.backward();
+      for (auto& p : s.slot->parameters()) p.mutable_grad() = at::Tensor();
+      x.mutable_grad() = at::Tensor();
+    });
     rows.push_back(r);
   }
   return rows;

@@ -1,6 +1,8 @@
 // `moeforge bench intb`: one IntBMoE slot's inference time and resident memory per request as
 // the pool grows (E = 1 ... 128), with the composition cache and recomposing every forward
-// (the paper's figure: cached cost flat in E, uncached growing).
+// (the paper's figure: cached cost flat in E, uncached growing); and one training step
+// (forward + backward) of the slot against top-2 MoE, dense and SMEAR slots with the same
+// parameters.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@ struct IntBBenchOptions {
   int64_t tokens = 197, d_model = 192, hidden = 768, blocks = 8, top_k = 2, shared_hidden = 512;
   std::vector<int64_t> basis = {1, 4, 16, 64, 128};
   int iters = 5;
+  int64_t train_tokens = 2048, train_basis = 16;  // the training comparison's batch and pool
 };
 
 struct IntBBenchRow {
@@ -22,5 +25,13 @@ struct IntBBenchRow {
 };
 
 std::vector<IntBBenchRow> bench_intb(const IntBBenchOptions& opt);
+
+struct IntBTrainRow {
+  std::string arm, label;
+  int64_t parameters = 0;  // of the slot
+  double seconds = 0;      // forward + backward of `train_tokens` tokens, aux losses included
+};
+// The IntBMoE slot (E = train_basis) and the repro's baselines at its parameter count.
+std::vector<IntBTrainRow> bench_intb_training(const IntBBenchOptions& opt);
 
 }  // namespace mf

@@ -7,6 +7,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "methods/intb/intb.h"
+#include "methods/intb/repro.h"
 #include "methods/intb/smear.h"
 #include "model/moe_ffn.h"
 
@@ -256,6 +257,39 @@ TEST(IntB, ConfigBuildsTheSlotAndRefusesBadKeys) {
   EXPECT_EQ(intb->basis_EOI.size(), 2u);
   EXPECT_EQ(intb->basis_EOI[0].sizes(), (std::vector<int64_t>{16, 24, 16}));
   EXPECT_EQ(intb->basis_EOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
+}
+
+// Every matched arm of `repro intb` (LM and ViT) has the width whose parameter count is the
+// closest to the IntBMoE model's: one unit more or less is never closer (counted, not assumed).
+TEST(IntB, ReproArmsMatchTheIntBModelsParameters) {
+  for (bool vision : {false, true}) {
+    Config base;
+    std::vector<std::string> sets = {"model.d_model=32",        "model.n_layers=2",  "model.n_heads=2",
+                                     "model.n_kv_heads=2",      "model.ffn=intb",    "model.moe.layers=all",
+                                     "model.moe.num_experts=8", "model.moe.top_k=2", "model.moe.expert_hidden=24",
+                                     "model.moe.intb.basis=6"};
+    if (vision)
+      for (auto s : {"model.task=classify", "model.image_size=28", "model.patch_size=7", "model.channels=1",
+                     "model.num_classes=10"})
+        sets.push_back(s);
+    for (auto& s : sets) apply_override(base, s);
+    base.model.vocab_size = 64;
+    validate(base);
+    const int64_t target = total_parameters(base);
+    for (const auto& arm : intb_arms(true, vision)) {
+      const auto c = arm_config(base, arm, target);
+      if (arm.name == "dense") EXPECT_EQ(c.model.ffn, vision ? "gelu" : "swiglu");
+      if (arm.match_key.empty()) continue;
+      const int64_t v = std::stoll(value_to_string(find_key(arm.match_key)->get(c))), got = total_parameters(c);
+      for (int64_t other : {v - 1, v + 1}) {
+        Config o = c;
+        apply_override(o, fmt::format("{}={}", arm.match_key, other));
+        EXPECT_LE(std::abs(got - target), std::abs(total_parameters(o) - target))
+            << arm.name << (vision ? " (ViT)" : " (LM)") << " at " << arm.match_key << " = " << other;
+      }
+      EXPECT_LT(std::abs(got - target), target / 50) << arm.name;
+    }
+  }
 }
 
 // D = 12, K = 4, E = 5, k = 2, L = 2 (12 -> 10 -> 12), C = 6, H = 7, R = 9, shared width 8, by hand.
