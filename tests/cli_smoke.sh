@@ -242,6 +242,7 @@ grep -q "Symmetric perturbation beats one-sided" repro_umoe/results.md || fail "
   --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_intb.txt 2>&1 || {
   cat repro_intb.txt; fail "repro intb --quick"; }
 grep -q "IntBMoE beats top-2" repro_intb/results.md && [ -s repro_intb/intb_probe_removal.svg ] || fail "repro intb results"
+expect_ok "stored experts" -- "$MF" usage runs/intb-intb-s0 --windows 2 --out intb_usage
 "$MF" repro intb --quick --no-ablations --config "$SRC/configs/repro/intb-vision.toml" --out repro_intb_vit \
   --set train.threads=1 --set run.out_dir=runs > repro_intb_vit.txt 2>&1 || {
   cat repro_intb_vit.txt; fail "repro intb --quick (ViT)"; }

@@ -72,11 +72,11 @@ nlohmann::json ExpertUsage::to_json() const {
 
 ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& split) {
   ExpertUsage u;
-  auto moe = moe_layers(model.ffns);
-  for (auto& m : moe) {
-    u.layers.push_back(m->layer);
-    u.group.push_back(m->bank_group);
-    u.counts.emplace_back(m->experts->num_units(), 0);
+  auto moe = routing_slots(model.ffns);
+  for (auto* m : moe) {
+    u.layers.push_back(m->routing_layer());
+    u.group.push_back(m->routing_group());
+    u.counts.emplace_back(m->routed_units(), 0);
     u.token_counts.emplace_back();
   }
   u.loss = model.evaluate(split, [&] {

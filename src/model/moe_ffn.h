@@ -31,16 +31,21 @@ struct MoELayerShape {
 
 class MoEFeedForward;
 
+// The common fields: layer, load, cv, max/mean, entropy, dead units, units per token, dropped,
+// losses and per-token count histograms.
+nlohmann::json routing_stats_json(int64_t layer, const RoutingStats& s);
+
 // An FFN slot that routes tokens and reports its routing statistics per logging step (the
 // trainer's "moe" records): the MoE slot, and method slots that route on their own (IntBMoE).
 class ReportsRouting {
  public:
   virtual ~ReportsRouting() = default;
-  virtual nlohmann::json stats_json() const = 0;  // statistics of the last forward pass (reads the device once)
+  virtual RoutingStats last_stats() const = 0;  // of the last forward pass (reads the device once)
+  virtual nlohmann::json stats_json() const { return routing_stats_json(routing_layer(), last_stats()); }
+  virtual int64_t routing_layer() const = 0;            // block index
+  virtual int64_t routed_units() const = 0;             // experts (or blocks) a token can be sent to
+  virtual int64_t routing_group() const { return -1; }  // shared pool routed into (-1: the slot's own units)
 };
-// The common fields: layer, load, cv, max/mean, entropy, dead units, units per token, dropped,
-// losses and per-token count histograms.
-nlohmann::json routing_stats_json(int64_t layer, const RoutingStats& s);
 
 class MoEExtension {
  public:
@@ -81,7 +86,10 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
   nlohmann::json stats_json() const override;
-  RoutingStats last_stats() const;                              // the same, as numbers
+  RoutingStats last_stats() const override;
+  int64_t routing_layer() const override { return layer; }
+  int64_t routed_units() const override { return experts->num_units(); }
+  int64_t routing_group() const override { return bank_group; }
   const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
   const MoELayerShape& shape() const { return shape_; }
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work

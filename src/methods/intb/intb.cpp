@@ -220,7 +220,7 @@ torch::Tensor IntBFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   return y_TD.view(x.sizes());
 }
 
-nlohmann::json IntBFeedForward::stats_json() const { return routing_stats_json(layer_, read_routing(last_)); }
+RoutingStats IntBFeedForward::last_stats() const { return read_routing(last_); }
 
 int64_t IntBBank::num_units() const { return slot_.opt_.blocks; }
 

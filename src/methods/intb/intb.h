@@ -78,7 +78,9 @@ class IntBBank : public UnitBank {
 class IntBFeedForward : public FeedForward, public DeclaresParamRoles, public ReportsRouting {
  public:
   IntBFeedForward(int64_t d_model, IntBOptions opt, int64_t layer = -1);
-  nlohmann::json stats_json() const override;  // block load of the last forward pass
+  RoutingStats last_stats() const override;  // block load of the last forward pass
+  int64_t routing_layer() const override { return layer_; }
+  int64_t routed_units() const override { return opt_.blocks; }
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   ParamRoleList param_roles() const override;
   void train(bool on = true) override;  // a mode change drops the inference cache
