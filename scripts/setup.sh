@@ -11,6 +11,7 @@ PACKAGES=(
   libsentencepiece-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
   dataset-fashion-mnist                                              # images for model.task = "classify"
+  python3-torch                                                      # the independent Hugging Face reference of the tests (tests/io/hf_reference.py)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

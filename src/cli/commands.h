@@ -18,6 +18,7 @@ void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
 void register_latent_commands(CLI::App& app);    // shape, id, jacobian
 void register_umoe_commands(CLI::App& app);      // saliency, umoe
 void register_layer_commands(CLI::App& app);     // layer names, layer run
+void register_hf_commands(CLI::App& app);        // import, export (Hugging Face)
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);

@@ -252,11 +252,20 @@ void validate(const Config& c) {
       throw ConfigError(
           "model.n_kv_heads must equal model.n_heads for model.task = \"classify\" (ViT attention is "
           "plain multi-head)");
+    if (m.head_dim != 0 || m.qkv_bias || m.o_bias || m.qk_norm != "none" || m.tie_embeddings)
+      throw ConfigError(
+          "model.head_dim, qkv_bias, o_bias, qk_norm and tie_embeddings are decoder-LM options; the ViT "
+          "(model.task = \"classify\") has its own attention");
   }
-  if (m.d_model % m.n_heads != 0)
-    throw ConfigError(fmt::format("model.d_model ({}) must be divisible by model.n_heads ({})", m.d_model, m.n_heads));
-  if ((m.d_model / m.n_heads) % 2 != 0)
-    throw ConfigError("model.d_model / model.n_heads (head dim) must be even for RoPE");
+  if (m.moe.shared_gate && m.moe.n_shared == 0 && m.moe.shared_hidden == 0)
+    throw ConfigError("model.moe.shared_gate gates a shared expert: set model.moe.shared_hidden or model.moe.n_shared");
+  if (m.head_dim == 0 && m.d_model % m.n_heads != 0)
+    throw ConfigError(
+        fmt::format("model.d_model ({}) must be divisible by model.n_heads ({}) unless model.head_dim is set",
+                    m.d_model, m.n_heads));
+  if (m.head_width() % 2 != 0)
+    throw ConfigError(
+        fmt::format("the head width ({}: model.head_dim, or d_model / n_heads) must be even for RoPE", m.head_width()));
   if (m.n_heads % m.n_kv_heads != 0)
     throw ConfigError(fmt::format("model.n_kv_heads ({}) must divide model.n_heads ({})", m.n_kv_heads, m.n_heads));
   if (c.train.seq_len > m.max_seq_len)

@@ -83,6 +83,8 @@ struct MoeConfig {
   int64_t n_shared = 0;              // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
   std::string dense_ffn = "swiglu";  // the FFN of the blocks model.moe.layers leaves dense: swiglu | gelu
   double capacity_factor = 0.0;      // 0 = dropless
+  int64_t shared_hidden = 0;         // the shared expert's width (0: n_shared * expert_hidden)
+  bool shared_gate = false;          // Qwen2-MoE: the shared expert's output times sigmoid(x w), w [1, D]
   MethodSections sections;           // [model.moe.<method>] sub-tables
   template <class T>
   T& section() {
@@ -107,6 +109,14 @@ struct ModelConfig {
   double init_std = 0.02;
   bool scale_out_init = true;  // output projections get std / sqrt(2 * n_layers)
   std::string ffn = "swiglu";  // swiglu | gelu | moe (or a kind a method registers)
+  // Attention variants of the Hugging Face architectures (src/io/hf/README.md)
+  int64_t head_dim = 0;          // 0: d_model / n_heads
+  bool qkv_bias = false;         // biases on q, k and v (Qwen2)
+  bool o_bias = false;           // a bias on the output projection
+  std::string qk_norm = "none";  // none | head (RMSNorm over each head of q and k: Qwen3) | full (over the whole q and
+                                 // k projections: OLMoE)
+  bool tie_embeddings = false;   // the LM head is the token embedding
+  int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   MoeConfig moe;
   // The task the model serves: "lm" (the LLaMA-style decoder) or "classify" (a ViT over images).
   std::string task = "lm";

@@ -45,19 +45,33 @@ torch::Tensor RopeTable::apply(const torch::Tensor& x, int64_t start_pos) const 
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
-    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.d_model / c.n_heads) {
-  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_width()), norm_per_head(c.qk_norm == "head") {
+  auto lin = [&](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.qkv_bias));
+  };
   q_proj = register_module("q_proj", lin(c.d_model, n_heads * head_dim));
   k_proj = register_module("k_proj", lin(c.d_model, n_kv_heads * head_dim));
   v_proj = register_module("v_proj", lin(c.d_model, n_kv_heads * head_dim));
-  o_proj = register_module("o_proj", std::make_shared<OutputLinearImpl>(n_heads * head_dim, c.d_model));
+  if (c.o_bias)
+    o_proj = register_module("o_proj", std::make_shared<BiasedLinearImpl>(n_heads * head_dim, c.d_model, true));
+  else
+    o_proj = register_module("o_proj", std::make_shared<OutputLinearImpl>(n_heads * head_dim, c.d_model));
+  if (c.qk_norm != "none") {
+    q_norm = register_module("q_norm", RMSNorm(norm_per_head ? head_dim : n_heads * head_dim, c.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(norm_per_head ? head_dim : n_kv_heads * head_dim, c.norm_eps));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
   const int64_t start = cache ? cache->length() : 0;
-  auto q = q_proj->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
-  auto k = k_proj->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  auto q = q_proj->forward(x), k = k_proj->forward(x);
+  if (q_norm && !norm_per_head) q = q_norm->forward(q), k = k_norm->forward(k);
+  q = q.view({B, T, n_heads, head_dim});
+  k = k.view({B, T, n_kv_heads, head_dim});
+  if (q_norm && norm_per_head) q = q_norm->forward(q), k = k_norm->forward(k);
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   auto v = v_proj->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
   q = rope.apply(q, start);
   k = rope.apply(k, start);

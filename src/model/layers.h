@@ -71,15 +71,21 @@ struct LayerCache {  // keys/values seen so far, [B, Hkv, S, D]
 };
 
 // Causal multi-head attention with n_kv_heads <= n_heads (GQA):
-//   q = x Wq, k = x Wk, v = x Wv; each kv head serves n_heads / n_kv_heads query heads;
-//   out = softmax(q k^T / sqrt(D) + causal mask) v, then Wo.
-class AttentionImpl : public torch::nn::Module {
+//   q = x Wq (+ bq), k = x Wk (+ bk), v = x Wv (+ bv); each kv head serves n_heads / n_kv_heads
+//   query heads; optional RMSNorm of q and k (per head, or over the whole projection) before
+//   RoPE; out = softmax(q k^T / sqrt(D) + causal mask) v, then Wo (+ bo).
+class AttentionImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   explicit AttentionImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache);
+  ParamRoleList param_roles() const override {
+    return {{"q_proj.bias", ParamRole::Bias}, {"k_proj.bias", ParamRole::Bias}, {"v_proj.bias", ParamRole::Bias}};
+  }
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
-  OutputLinear o_proj;
+  std::shared_ptr<torch::nn::LinearImpl> o_proj;
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // model.qk_norm
   int64_t n_heads, n_kv_heads, head_dim;
+  bool norm_per_head = false;
 };
 TORCH_MODULE(Attention);
 

@@ -59,7 +59,12 @@ MoEPlan plan_moe(const ModelConfig& c) {
   const auto& m = c.moe;
   for (int64_t i = 0; i < c.n_layers; ++i)
     if (is_moe_layer(c, i))
-      plan.shapes[i] = {0, m.expert_hidden, m.num_experts, m.top_k, m.n_shared * m.expert_hidden, m.num_experts};
+      plan.shapes[i] = {0,
+                        m.expert_hidden,
+                        m.num_experts,
+                        m.top_k,
+                        m.shared_hidden > 0 ? m.shared_hidden : m.n_shared * m.expert_hidden,
+                        m.num_experts};
   for (auto& [name, make] : extension_registry())
     if (auto ext = make(c)) plan.extensions.push_back(ext);
   for (auto& ext : plan.extensions) ext->plan(plan.shapes);
@@ -84,6 +89,8 @@ MoEFeedForward::MoEFeedForward(const ModelConfig& c, int64_t layer_, const MoEPl
   if (shape_.shared_hidden > 0)
     shared_experts =
         register_module("shared_experts", std::make_shared<ExpertBank>(1, c.d_model, shape_.shared_hidden));
+  if (shared_experts && m.shared_gate)
+    shared_gate = register_module("shared_gate", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, 1).bias(false)));
   dispatch_.capacity_factor = m.capacity_factor;
   loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(1, num_moe_layers(c)));
 }
@@ -96,7 +103,11 @@ torch::Tensor MoEFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
   for (auto& ext : extensions_)
     if ((y_TD = ext->forward_routed(*this, x_TD, routed, record)).defined()) break;
   if (!y_TD.defined()) std::tie(y_TD, dropped) = forward_experts(x, x_TD, routed, record);
-  if (shared_experts) y_TD = y_TD + shared_experts->forward_unit(0, x_TD);
+  if (shared_experts) {
+    auto s_TD = shared_experts->forward_unit(0, x_TD);
+    if (shared_gate) s_TD = s_TD * torch::sigmoid(shared_gate->forward(x_TD));
+    y_TD = y_TD + s_TD;
+  }
   for (auto& [name, v] : routed.losses) aux.add(fmt::format("moe{}.{}", layer, name), v * loss_scale_);
   {
     torch::NoGradGuard g;

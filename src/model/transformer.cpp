@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional/linear.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 
@@ -36,11 +37,12 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) {
 }
 
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
-    : cfg_(c), rope_(c.max_seq_len, c.d_model / c.n_heads, c.rope_theta) {
+    : cfg_(c), rope_(c.max_seq_len, c.head_width(), c.rope_theta) {
   TORCH_CHECK(c.vocab_size > 0, "model vocab_size must be set (from the tokenizer)");
   model = register_module("model", Decoder(c));
-  lm_head =
-      register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
+  if (!c.tie_embeddings)
+    lm_head =
+        register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
 }
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
@@ -51,7 +53,8 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses&
     x = model->blocks[i]->forward(x, rope_, caches ? &(*caches)[i] : nullptr, aux);
     if (block_outputs) block_outputs->push_back(x);
   }
-  return lm_head->forward(model->norm->forward(x));
+  const auto h = model->norm->forward(x);
+  return lm_head ? lm_head->forward(h) : torch::nn::functional::linear(h, model->embed_tokens->weight);
 }
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {

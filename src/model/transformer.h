@@ -49,7 +49,7 @@ class TransformerLMImpl : public torch::nn::Module {
   const ModelConfig& config() const { return cfg_; }
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // absent with model.tie_embeddings (the embedding is the head)
 
  private:
   ModelConfig cfg_;

@@ -122,7 +122,7 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   const auto path = checkpoint_dir(checkpoint) + "/model.safetensors";
   SafetensorsFile file(path);
   torch::NoGradGuard no_grad;
-  const RopeTable rope(c.max_seq_len, c.d_model / c.n_heads, c.rope_theta);
+  const RopeTable rope(c.max_seq_len, c.head_width(), c.rope_theta);
   const MoEPlan plan = plan_moe(c);
   // the residual stream of every window, kept between blocks
   auto h_NLD = torch::embedding(file.read("model.embed_tokens.weight"), windows_NL);

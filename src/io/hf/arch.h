@@ -1,0 +1,60 @@
+// Hugging Face decoder architectures: how each one's config.json maps onto our ModelConfig and
+// how its tensor names map onto ours. One small file per architecture (llama.cpp, mixtral.cpp,
+// qwen2_moe.cpp, qwen3_moe.cpp, olmoe.cpp); what each matched is in README.md.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace mf::hf {
+
+// config.json read with errors that name the file and the key.
+class ConfigReader {
+ public:
+  ConfigReader(nlohmann::json j, std::string file) : j_(std::move(j)), file_(std::move(file)) {}
+  int64_t integer(const std::string& key) const;  // required
+  int64_t integer(const std::string& key, int64_t fallback) const;
+  double number(const std::string& key, double fallback) const;
+  bool flag(const std::string& key, bool fallback) const;
+  std::string text(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> integers(const std::string& key) const;  // [] when absent or null
+  bool is_null(const std::string& key) const { return !j_.contains(key) || j_[key].is_null(); }
+  // A key whose other values change semantics we do not implement: must be absent, null or `allowed`.
+  void require(const std::string& key, const nlohmann::json& allowed, const std::string& why) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+  const std::string& file() const { return file_; }
+
+ private:
+  const nlohmann::json& at(const std::string& key) const;
+  nlohmann::json j_;
+  std::string file_;
+};
+
+struct Arch {
+  std::string model_type, hf_class;
+  std::string moe_module = "mlp";                                            // block_sparse_moe for Mixtral
+  std::string w_gate = "gate_proj", w_up = "up_proj", w_down = "down_proj";  // w1, w3, w2 for Mixtral
+  bool moe = true;
+  void (*read)(const ConfigReader& r, ModelConfig& m) = nullptr;     // the architecture's own keys
+  void (*write)(const ModelConfig& m, nlohmann::json& j) = nullptr;  // and back; throws ConfigError if m does not fit
+};
+
+const std::vector<const Arch*>& archs();
+const Arch& arch_named(const std::string& model_type, const std::string& source);  // FormatError lists the known ones
+// The architecture a model of ours exports to by default: LLaMA if dense, else by its flags.
+const Arch& arch_for(const ModelConfig& m);
+
+// The LLaMA keys every architecture shares: sizes, heads (head_dim), rope_theta, rms_norm_eps,
+// max_position_embeddings, vocab_size, tie_word_embeddings, hidden_act = silu, no rope_scaling.
+void read_common(const ConfigReader& r, ModelConfig& m);
+void write_common(const ModelConfig& m, nlohmann::json& j);
+// Qwen's sparse-layer keys: decoder_sparse_step and mlp_only_layers -> model.moe.layers.
+void read_sparse_layers(const ConfigReader& r, ModelConfig& m);
+void write_sparse_layers(const ModelConfig& m, nlohmann::json& j);
+// The checks every MoE export shares: softmax top-k routing, SwiGLU experts without biases, no selection bias step.
+void check_moe_exportable(const ModelConfig& m, const std::string& arch);
+
+}  // namespace mf::hf

@@ -1,0 +1,215 @@
+#include "io/hf/hf_dir.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "core/util.h"
+#include "io/checkpoint.h"
+#include "io/hf/tensors.h"
+#include "io/model_io.h"
+#include "model/transformer.h"
+
+namespace mf::hf {
+namespace fs = std::filesystem;
+
+bool is_hf_dir(const std::string& path) {
+  return fs::is_regular_file(fs::path(path) / "config.json") && !fs::exists(fs::path(path) / "trainer_state.json");
+}
+
+HfDir::HfDir(const std::string& dir) : dir_(dir) {
+  const auto config_file = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(config_file))
+    throw FormatError(dir + ": not a Hugging Face model directory (no config.json)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(config_file));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not valid JSON ({})", config_file, e.what()));
+  }
+  if (!j.is_object()) throw FormatError(config_file + ": not a JSON object");
+  const ConfigReader r(j, config_file);
+  arch_ = &arch_named(r.text("model_type", ""), config_file);
+  arch_->read(r, cfg_.model);
+  cfg_.train.seq_len = std::min(cfg_.train.seq_len, cfg_.model.max_seq_len);
+  try {
+    validate(cfg_);
+  } catch (const ConfigError& e) {
+    throw FormatError(fmt::format("{}: {}", config_file, e.what()));
+  }
+  // the tensors: one file, or the shards an index lists
+  const auto index_file = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> files;
+  std::map<std::string, std::string> listed;  // tensor -> shard file the index names
+  if (fs::is_regular_file(index_file)) {
+    nlohmann::json idx;
+    try {
+      idx = nlohmann::json::parse(read_file(index_file.string()));
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(fmt::format("{}: not valid JSON ({})", index_file.string(), e.what()));
+    }
+    if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
+      throw FormatError(index_file.string() + ": no \"weight_map\" object");
+    for (auto& [name, file] : idx["weight_map"].items()) {
+      if (!file.is_string())
+        throw FormatError(fmt::format("{}: weight_map[\"{}\"] is not a file name", index_file.string(), name));
+      const auto f = file.get<std::string>();
+      if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
+        throw FormatError(fmt::format("{}: shard name \"{}\" must be a file in the directory", index_file.string(), f));
+      listed[name] = f;
+      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+    }
+  } else if (fs::is_regular_file(fs::path(dir) / "model.safetensors")) {
+    files.push_back("model.safetensors");
+  } else {
+    throw FormatError(dir + ": neither model.safetensors nor model.safetensors.index.json");
+  }
+  for (const auto& f : files) {
+    const auto path = (fs::path(dir) / f).string();
+    if (!fs::is_regular_file(path))
+      throw FormatError(fmt::format("{}: the shard {} it lists is missing", index_file.string(), path));
+    shards_.push_back(std::make_unique<SafetensorsFile>(path));
+    for (auto& [name, e] : shards_.back()->header().tensors) {
+      if (where_.count(name)) throw FormatError(fmt::format("{}: tensor '{}' is stored twice", path, name));
+      where_[name] = shards_.size() - 1;
+    }
+  }
+  for (auto& [name, f] : listed) {
+    auto it = where_.find(name);
+    if (it == where_.end() || fs::path(files[it->second]).filename() != f)
+      throw FormatError(fmt::format("{}: tensor '{}' is not in its shard {}", index_file.string(), name, f));
+  }
+}
+
+at::Tensor HfDir::read(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw FormatError(fmt::format("{}: tensor '{}' is missing", dir_, name));
+  return shards_[it->second]->read(name);
+}
+
+std::vector<std::string> HfDir::names() const {
+  std::vector<std::string> out;
+  for (auto& [name, s] : where_) out.push_back(name);
+  return out;
+}
+
+std::string HfDir::tokenizer_model() const {
+  const auto p = fs::path(dir_) / "tokenizer.model";
+  return fs::is_regular_file(p) ? p.string() : "";
+}
+
+ImportReport import_hf(const std::string& dir, const std::string& out) {
+  HfDir hf(dir);
+  const auto& cfg = hf.config();
+  TransformerLM model(cfg.model);
+  std::vector<std::string> used;
+  ImportReport r{hf.arch().model_type};
+  {
+    torch::NoGradGuard g;
+    for (auto& [name, t] : model_tensors(*model)) {
+      auto src = import_tensor(
+          hf.arch(), name, t.sizes(), [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used);
+      t.copy_(src);
+      r.parameters += t.numel();
+    }
+  }
+  const std::set<std::string> read(used.begin(), used.end());
+  for (auto& name : hf.names())
+    if (!read.count(name) && !ignorable_hf_tensor(name, cfg.model.tie_embeddings))
+      throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir, name,
+                                    hf.arch().model_type));
+  r.tensors_read = static_cast<int64_t>(read.size());
+  Metadata meta = {{"moeforge.config", to_toml(cfg)},
+                   {"moeforge.step", "0"},
+                   {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)},
+                   {"moeforge.architecture", hf.arch().model_type}};
+  write_checkpoint(out, {model_tensors(*model), {}, meta, {{"step", 0}, {"imported_from", dir}}, hf.tokenizer_model()});
+  return r;
+}
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "f32" || name == "float32") return at::kFloat;
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "f16" || name == "float16") return at::kHalf;
+  throw ConfigError(fmt::format("--dtype {}: use f32, bf16 or f16", name));
+}
+
+int64_t parse_size(const std::string& text) {
+  static const std::regex re(R"(^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KIB|MIB|GIB)?\s*$)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw ConfigError(fmt::format("size \"{}\": use e.g. 5GB, 500MB or 2000000", text));
+  std::string unit = m[2].str();
+  std::transform(unit.begin(), unit.end(), unit.begin(), ::toupper);
+  const std::map<std::string, double> scale = {{"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+                                               {"GB", 1e9}, {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  const double v = std::stod(m[1].str()) * scale.at(unit);
+  if (v < 1) throw ConfigError(fmt::format("size \"{}\" must be at least one byte", text));
+  return static_cast<int64_t>(v);
+}
+
+ExportReport export_hf(const std::string& checkpoint, const std::string& out, const ExportOptions& opt) {
+  const auto cfg = checkpoint_config(checkpoint);
+  if (cfg.model.task != "lm")
+    throw ConfigError("export: only language models export to Hugging Face (model.task = lm)");
+  const Arch& a = opt.arch.empty() ? arch_for(cfg.model) : arch_named(opt.arch, "--arch");
+  nlohmann::json j = nlohmann::json::object();
+  a.write(cfg.model, j);
+  j["model_type"] = a.model_type;
+  j["architectures"] = {a.hf_class};
+  j["torch_dtype"] = opt.dtype == at::kFloat ? "float32" : opt.dtype == at::kBFloat16 ? "bfloat16" : "float16";
+  const auto dir = checkpoint_dir(checkpoint);
+  SafetensorsFile ours((fs::path(dir) / "model.safetensors").string());
+
+  const fs::path final_dir(out), tmp = final_dir.parent_path() / (".tmp-" + final_dir.filename().string());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  ExportReport r{a.model_type};
+  NamedTensors shard;
+  int64_t shard_size = 0;
+  std::vector<std::vector<std::string>> shard_names;
+  auto flush = [&] {
+    if (shard.empty()) return;
+    save_safetensors((tmp / fmt::format("shard-{}", shard_names.size())).string(), shard, {{"format", "pt"}});
+    shard_names.emplace_back();
+    for (auto& [n, t] : shard) shard_names.back().push_back(n);
+    shard.clear();
+    shard_size = 0;
+  };
+  for (auto& [name, entry] : ours.header().tensors) {
+    for (auto& [hf_name, t] : export_tensor(a, name, ours.read(name))) {
+      auto c = t.to(opt.dtype).contiguous();
+      const int64_t bytes = static_cast<int64_t>(c.nbytes());
+      if (shard_size > 0 && shard_size + bytes > opt.shard_bytes) flush();
+      shard.emplace_back(hf_name, c);
+      shard_size += bytes;
+      r.bytes += bytes;
+      ++r.tensors;
+    }
+  }
+  flush();
+  r.shards = static_cast<int64_t>(shard_names.size());
+  if (r.shards == 1) {
+    fs::rename(tmp / "shard-0", tmp / "model.safetensors");
+  } else {
+    nlohmann::json index = {{"metadata", {{"total_size", r.bytes}}}, {"weight_map", nlohmann::json::object()}};
+    for (int64_t i = 0; i < r.shards; ++i) {
+      const auto name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, r.shards);
+      fs::rename(tmp / fmt::format("shard-{}", i), tmp / name);
+      for (auto& n : shard_names[i]) index["weight_map"][n] = name;
+    }
+    write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  }
+  write_file_atomic((tmp / "config.json").string(), j.dump(2) + "\n");
+  const auto tokenizer = fs::path(dir) / "tokenizer.model";
+  if (fs::is_regular_file(tokenizer)) fs::copy_file(tokenizer, tmp / "tokenizer.model");
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  return r;
+}
+
+}  // namespace mf::hf

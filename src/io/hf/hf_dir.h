@@ -1,0 +1,61 @@
+// Hugging Face model directories: config.json + model.safetensors, or shards listed by
+// model.safetensors.index.json. `moeforge import` turns one into a checkpoint of ours,
+// `moeforge export` writes one from a checkpoint (sharded, F32 / BF16 / F16).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "io/hf/arch.h"
+#include "io/safetensors.h"
+
+namespace mf::hf {
+
+bool is_hf_dir(const std::string& path);  // has config.json and no moeforge checkpoint
+
+// Opened by headers only: tensors are read one at a time, from whichever shard holds them.
+class HfDir {
+ public:
+  explicit HfDir(const std::string& dir);
+  const Arch& arch() const { return *arch_; }
+  const Config& config() const { return cfg_; }  // model keys from config.json, the rest our defaults
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  at::Tensor read(const std::string& name) const;  // as stored (F32, F16 or BF16); FormatError names it
+  std::vector<std::string> names() const;
+  std::string tokenizer_model() const;  // tokenizer.model (SentencePiece) if present, else ""
+
+ private:
+  std::string dir_;
+  const Arch* arch_ = nullptr;
+  Config cfg_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::map<std::string, size_t> where_;  // tensor -> shard
+};
+
+struct ImportReport {
+  std::string arch;
+  int64_t tensors_read = 0, parameters = 0;
+};
+// HF directory -> checkpoint directory `out` (float32), with the resolved config and the
+// SentencePiece tokenizer when the directory has one.
+ImportReport import_hf(const std::string& hf_dir, const std::string& out);
+
+struct ExportOptions {
+  std::string arch;                                // "" = by the model's flags (arch_for)
+  at::ScalarType dtype = at::kFloat;               // on disk
+  int64_t shard_bytes = 5LL * 1000 * 1000 * 1000;  // the largest shard (one tensor may exceed it)
+};
+struct ExportReport {
+  std::string arch;
+  int64_t tensors = 0, shards = 0, bytes = 0;
+};
+// Our checkpoint -> HF directory `out` (config.json, model.safetensors
+// or model-0000i-of-0000N.safetensors + index, tokenizer.model if the checkpoint has one).
+// Reads our checkpoint one tensor at a time and holds at most one shard.
+ExportReport export_hf(const std::string& checkpoint, const std::string& out, const ExportOptions& opt);
+
+at::ScalarType parse_dtype(const std::string& name);  // f32 | bf16 | f16 (ConfigError otherwise)
+int64_t parse_size(const std::string& text);          // "5GB", "500MB", "2000000" (ConfigError otherwise)
+
+}  // namespace mf::hf

@@ -1,0 +1,53 @@
+// Qwen2-MoE (model_type "qwen2_moe"): biases on q, k, v (not o); a shared SwiGLU expert of its
+// own width whose output is scaled by sigmoid(shared_expert_gate x); norm_topk_prob;
+// decoder_sparse_step and mlp_only_layers choose the sparse blocks (the others: a dense MLP of
+// intermediate_size).
+#include "io/hf/arch.h"
+
+namespace mf::hf {
+namespace {
+
+void read(const ConfigReader& r, ModelConfig& m) {
+  read_common(r, m);
+  m.ffn = "moe";
+  m.moe.num_experts = r.integer("num_experts");
+  m.moe.top_k = r.integer("num_experts_per_tok");
+  m.moe.expert_hidden = r.integer("moe_intermediate_size");
+  m.moe.shared_hidden = r.integer("shared_expert_intermediate_size");
+  if (m.moe.shared_hidden < 1) r.fail("shared_expert_intermediate_size", "must be positive");
+  m.moe.shared_gate = true;
+  m.moe.renormalize = r.flag("norm_topk_prob", false);
+  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
+  m.qkv_bias = r.flag("qkv_bias", true);
+  m.o_bias = false;
+  read_sparse_layers(r, m);
+}
+
+void write(const ModelConfig& m, nlohmann::json& j) {
+  check_moe_exportable(m, "qwen2_moe");
+  if (!m.moe.shared_gate || (m.moe.shared_hidden == 0 && m.moe.n_shared == 0))
+    throw ConfigError("export to qwen2_moe: Qwen2-MoE needs a gated shared expert (model.moe.shared_gate)");
+  if (m.qk_norm != "none" || m.o_bias || !m.qkv_bias)
+    throw ConfigError("export to qwen2_moe: Qwen2-MoE attention has q/k/v biases, no o bias and no q/k norm");
+  write_common(m, j);
+  j["num_experts"] = m.moe.num_experts;
+  j["num_experts_per_tok"] = m.moe.top_k;
+  j["moe_intermediate_size"] = m.moe.expert_hidden;
+  j["shared_expert_intermediate_size"] =
+      m.moe.shared_hidden > 0 ? m.moe.shared_hidden : m.moe.n_shared * m.moe.expert_hidden;
+  j["norm_topk_prob"] = m.moe.renormalize;
+  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+  j["qkv_bias"] = true;
+  j["use_sliding_window"] = false;
+  write_sparse_layers(m, j);
+}
+
+}  // namespace
+
+const Arch& qwen2_moe_arch() {
+  static const Arch a{"qwen2_moe", "Qwen2MoeForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", true, read,
+                      write};
+  return a;
+}
+
+}  // namespace mf::hf

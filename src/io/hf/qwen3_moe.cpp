@@ -1,0 +1,48 @@
+// Qwen3-MoE (model_type "qwen3_moe"): RMSNorm over each head of q and k (q_norm, k_norm of
+// width head_dim, before RoPE), head_dim independent of hidden_size / heads, attention_bias on
+// q, k, v and o, norm_topk_prob, decoder_sparse_step and mlp_only_layers; no shared expert.
+#include "io/hf/arch.h"
+
+namespace mf::hf {
+namespace {
+
+void read(const ConfigReader& r, ModelConfig& m) {
+  read_common(r, m);
+  m.ffn = "moe";
+  m.qk_norm = "head";
+  m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
+  m.moe.num_experts = r.integer("num_experts");
+  m.moe.top_k = r.integer("num_experts_per_tok");
+  m.moe.expert_hidden = r.integer("moe_intermediate_size");
+  m.moe.renormalize = r.flag("norm_topk_prob", false);
+  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
+  read_sparse_layers(r, m);
+}
+
+void write(const ModelConfig& m, nlohmann::json& j) {
+  check_moe_exportable(m, "qwen3_moe");
+  if (m.qk_norm != "head")
+    throw ConfigError("export to qwen3_moe: Qwen3-MoE normalises each q and k head (model.qk_norm = head)");
+  if (m.qkv_bias != m.o_bias) throw ConfigError("export to qwen3_moe: attention_bias covers q, k, v and o together");
+  if (m.moe.n_shared > 0 || m.moe.shared_hidden > 0)
+    throw ConfigError("export to qwen3_moe: Qwen3-MoE has no shared expert");
+  write_common(m, j);
+  j["attention_bias"] = m.qkv_bias;
+  j["num_experts"] = m.moe.num_experts;
+  j["num_experts_per_tok"] = m.moe.top_k;
+  j["moe_intermediate_size"] = m.moe.expert_hidden;
+  j["norm_topk_prob"] = m.moe.renormalize;
+  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+  j["use_sliding_window"] = false;
+  write_sparse_layers(m, j);
+}
+
+}  // namespace
+
+const Arch& qwen3_moe_arch() {
+  static const Arch a{"qwen3_moe", "Qwen3MoeForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", true, read,
+                      write};
+  return a;
+}
+
+}  // namespace mf::hf
