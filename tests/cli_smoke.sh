@@ -247,4 +247,12 @@ expect_ok "stored experts" -- "$MF" usage runs/intb-intb-s0 --windows 2 --out in
   --set train.threads=1 --set run.out_dir=runs > repro_intb_vit.txt 2>&1 || {
   cat repro_intb_vit.txt; fail "repro intb --quick (ViT)"; }
 grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail "repro intb results (ViT)"
+# Hugging Face interop: the reference's tiny Qwen3-MoE in HF layout -> import -> info -> export
+/usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --dtype bf16 --shards 2 --out hf_qwen3 \
+  || fail "hf_reference.py (python3-torch)"
+expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3 -o hf_qwen3_ckpt
+expect_ok "ffn                          moe" -- "$MF" info hf_qwen3_ckpt
+expect_ok "in 5 shard" -- "$MF" export hf_qwen3_ckpt -o hf_qwen3_back --dtype bf16 --shard-size 30KB
+sed -i 's/"qwen3_moe"/"qwen9_moe"/' hf_qwen3/config.json
+expect_fail 3 "is not supported" -- "$MF" import hf_qwen3 -o hf_bad
 echo "cli smoke: all checks passed"
