@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/runtime.h"
 #include "io/hf/hf_dir.h"
 
 namespace mf::cli {
@@ -18,6 +19,7 @@ void register_hf_commands(CLI::App& app) {
   imp->add_option("hf_dir", in, "Hugging Face model directory")->required()->check(CLI::ExistingDirectory);
   imp->add_option("-o,--out", out, "output checkpoint directory")->required();
   imp->callback([] {
+    streaming_allocator();
     auto r = hf::import_hf(in, out);
     std::cout << fmt::format("wrote {}: {} model, {} parameters from {} Hugging Face tensors\n", out, r.arch,
                              r.parameters, r.tensors_read);
@@ -35,6 +37,7 @@ void register_hf_commands(CLI::App& app) {
   exp->add_option("--dtype", dtype, "f32, bf16 or f16 on disk")->capture_default_str();
   exp->add_option("--shard-size", shard, "largest shard, e.g. 5GB, 500MB")->capture_default_str();
   exp->callback([] {
+    streaming_allocator();
     hf::ExportOptions o;
     o.arch = arch;
     o.dtype = hf::parse_dtype(dtype);

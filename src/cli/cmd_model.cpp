@@ -9,6 +9,7 @@
 
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
+#include "core/runtime.h"
 #include "core/util.h"
 #include "data/idx.h"
 #include "data/images.h"
@@ -173,24 +174,31 @@ void register_model_commands(CLI::App& app) {
   info->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   info->add_flag("--json", as_json, "print JSON");
   info->callback([] {
+    streaming_allocator();
     const Config cfg = checkpoint_config(ckpt);
     const bool classifier = cfg.model.task == "classify";
     std::vector<std::shared_ptr<FeedForward>> ffns;
     ParamCounts c;
-    if (classifier) {
-      auto l = load_classifier(ckpt);
-      ffns = l.model->feed_forwards();
-      c = l.model->param_counts();
+    // the structure without the weights; one block at a time when blocks share nothing
+    const auto blockwise = classifier ? std::nullopt : blockwise_param_counts(cfg.model);
+    if (blockwise) {
+      c = *blockwise;
+    } else if (classifier) {
+      VisionTransformer model(cfg.model);
+      ffns = model->feed_forwards();
+      c = model->param_counts();
     } else {
-      auto l = load_model(ckpt);
-      ffns = l.model->feed_forwards();
-      c = l.model->param_counts();
+      TransformerLM model(cfg.model);
+      ffns = model->feed_forwards();
+      c = model->param_counts();
     }
-    auto ck = read_checkpoint(ckpt);
+    const auto dir = checkpoint_dir(ckpt);
+    const SafetensorsFile file(dir + "/model.safetensors");  // the header only
+    auto meta = file.metadata();
     const auto& m = cfg.model;
-    nlohmann::json j = {{"checkpoint", ck.dir},
-                        {"architecture", ck.metadata()["moeforge.architecture"]},
-                        {"step", std::stoll(ck.metadata()["moeforge.step"])},
+    nlohmann::json j = {{"checkpoint", dir},
+                        {"architecture", meta["moeforge.architecture"]},
+                        {"step", std::stoll(meta["moeforge.step"])},
                         {"vocab_size", m.vocab_size},
                         {"d_model", m.d_model},
                         {"n_layers", m.n_layers},
@@ -213,6 +221,7 @@ void register_model_commands(CLI::App& app) {
     }
     if (m.ffn == "moe") {
       std::set<int64_t> per_router, banks;
+      if (ffns.empty()) per_router.insert(m.moe.num_experts);  // blockwise: no shared banks
       for (auto& layer : moe_layers(ffns)) {
         per_router.insert(layer->shape().num_experts);
         if (layer->bank_group >= 0) banks.insert(layer->bank_group);
@@ -264,8 +273,8 @@ void register_model_commands(CLI::App& app) {
     for (auto& [k, v] : j.items())
       std::cout << fmt::format("{:<28} {}\n", k, v.is_string() ? v.get<std::string>() : v.dump());
     std::cout << "tensors:\n";
-    for (auto& [name, t] : ck.model.tensors)
-      std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(t.scalar_type()), c10::str(t.sizes()));
+    for (auto& [name, e] : file.header().tensors)
+      std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(e.dtype), c10::str(e.shape));
   });
 
   auto* up = app.add_subcommand("upcycle",

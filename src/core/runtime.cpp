@@ -16,6 +16,13 @@ void tune_allocator() {
   g_allocator_tuned = true;
 }
 
+void streaming_allocator() {
+  mallopt(M_MMAP_MAX, 65536);                 // glibc's defaults: large blocks are mapped
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);        // and unmapped when freed
+  mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+  g_allocator_tuned = false;
+}
+
 void ensure_passive_openmp(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;  // the user's choice wins
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);

@@ -8,6 +8,9 @@ namespace mf {
 // tensors with fresh mmap pages by default, and the page faults on every step cost more
 // than the math (cross entropy over the vocabulary was ~20x slower). Call first thing.
 void tune_allocator();
+// Back to glibc's behaviour, for commands that stream tensors larger than memory one at a time
+// (import, export): the kept blocks would otherwise add up to several gigabytes.
+void streaming_allocator();
 
 // OpenMP threads that spin after a parallel region steal the cores OpenBLAS's own
 // threads need. libgomp reads OMP_WAIT_POLICY only at load time, so when it is unset

@@ -23,6 +23,15 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+void fsync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error(fmt::format("fsync of '{}' failed", path));
+  }
+  ::close(fd);
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());

@@ -11,6 +11,7 @@ namespace mf {
 void write_file_atomic(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 void fsync_dir(const std::string& dir);
+void fsync_file(const std::string& path);
 
 // FNV-1a 64: detects changed inputs for idempotent data preparation.
 // (Change detection, not security, so a cryptographic hash library is not needed.)

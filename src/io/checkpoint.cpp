@@ -15,10 +15,18 @@ void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
   fs::path tmp = final_dir.parent_path() / (".tmp-" + final_dir.filename().string());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  save_safetensors((tmp / "model.safetensors").string(), c.model, c.model_metadata);
-  save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer);
-  write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(2) + "\n");
-  if (!c.tokenizer_file.empty()) write_file_atomic((tmp / "tokenizer.model").string(), read_file(c.tokenizer_file));
+  try {
+    if (c.write_model)
+      c.write_model((tmp / "model.safetensors").string());
+    else
+      save_safetensors((tmp / "model.safetensors").string(), c.model, c.model_metadata);
+    save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer);
+    write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(2) + "\n");
+    if (!c.tokenizer_file.empty()) write_file_atomic((tmp / "tokenizer.model").string(), read_file(c.tokenizer_file));
+  } catch (...) {
+    fs::remove_all(tmp);  // the previous checkpoint (if any) stays as it was
+    throw;
+  }
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fsync_dir(final_dir.parent_path().string());

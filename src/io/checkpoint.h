@@ -2,6 +2,7 @@
 // metadata), optimizer.safetensors, trainer_state.json and tokenizer.model.
 // Written into a temporary directory, every file fsynced, then renamed into place.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,6 +15,8 @@ struct CheckpointContents {
   Metadata model_metadata;
   nlohmann::json trainer_state;
   std::string tokenizer_file;  // copied in, so a checkpoint is self-contained
+  // When set, writes model.safetensors at the path it is given (streamed) instead of `model`.
+  std::function<void(const std::string& path)> write_model;
 };
 
 void write_checkpoint(const std::string& dir, const CheckpointContents& c);

@@ -44,30 +44,83 @@ const at::Tensor& SafetensorsData::at(const std::string& name) const {
   return it->second;
 }
 
-std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+namespace {
+
+// The 8-byte length and the JSON header (padded to 8 bytes) of tensors laid out in `specs` order.
+std::string header_bytes(const std::vector<TensorSpec>& specs, const Metadata& metadata, uint64_t* data_bytes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__") throw FormatError("tensor name '__metadata__' is reserved");
-    if (header.contains(name)) throw FormatError(fmt::format("duplicate tensor name '{}'", name));
-    auto c = t.detach().to(at::kCPU).contiguous();
-    const auto& d = by_type(c.scalar_type());
-    uint64_t nbytes = static_cast<uint64_t>(c.numel()) * d.size;
-    header[name] = {{"dtype", d.name}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
-    offset += nbytes;
-    contiguous.push_back(c);
+  for (const auto& s : specs) {
+    if (s.name == "__metadata__") throw FormatError("tensor name '__metadata__' is reserved");
+    if (header.contains(s.name)) throw FormatError(fmt::format("duplicate tensor name '{}'", s.name));
+    const auto& d = by_type(s.dtype);
+    uint64_t numel = 1;
+    for (auto v : s.shape) numel *= static_cast<uint64_t>(v);
+    header[s.name] = {{"dtype", d.name}, {"shape", s.shape}, {"data_offsets", {offset, offset + numel * d.size}}};
+    offset += numel * d.size;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // align data to 8 bytes
   std::string out(8, '\0');
   uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += h;
-  out.reserve(out.size() + offset);
+  if (data_bytes) *data_bytes = offset;
+  return out + h;
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+  std::vector<TensorSpec> specs;
+  std::vector<at::Tensor> contiguous;
+  for (const auto& [name, t] : tensors) {
+    contiguous.push_back(t.detach().to(at::kCPU).contiguous());
+    specs.push_back({name, contiguous.back().scalar_type(), contiguous.back().sizes().vec()});
+  }
+  uint64_t data = 0;
+  std::string out = header_bytes(specs, metadata, &data);
+  out.reserve(out.size() + data);
   for (const auto& c : contiguous) out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   return out;
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> specs, const Metadata& metadata)
+    : path_(std::move(path)), tmp_(path_ + ".partial"), specs_(std::move(specs)) {
+  const auto header = header_bytes(specs_, metadata, nullptr);
+  out_.open(tmp_, std::ios::binary | std::ios::trunc);
+  if (!out_) throw std::runtime_error(fmt::format("cannot create '{}'", tmp_));
+  out_.write(header.data(), static_cast<std::streamsize>(header.size()));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!done_) {
+    out_.close();
+    std::remove(tmp_.c_str());
+  }
+}
+
+void SafetensorsWriter::write(const at::Tensor& t) {
+  if (next_ >= specs_.size()) throw FormatError(fmt::format("{}: more tensors than declared", path_));
+  const auto& s = specs_[next_++];
+  auto c = t.detach().to(at::kCPU).contiguous();
+  if (c.scalar_type() != s.dtype || c.sizes().vec() != s.shape)
+    throw FormatError(fmt::format("{}: tensor '{}' is {} {}; declared {} {}", path_, s.name,
+                                  c10::toString(c.scalar_type()), c10::str(c.sizes()), c10::toString(s.dtype),
+                                  c10::str(s.shape)));
+  out_.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+  if (!out_) throw std::runtime_error(fmt::format("write to '{}' failed (disk full?)", tmp_));
+}
+
+void SafetensorsWriter::finish() {
+  if (next_ != specs_.size())
+    throw FormatError(fmt::format("{}: {} of {} tensors written", path_, next_, specs_.size()));
+  out_.close();
+  if (!out_) throw std::runtime_error(fmt::format("write to '{}' failed (disk full?)", tmp_));
+  fsync_file(tmp_);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw std::runtime_error(fmt::format("cannot rename '{}' to '{}'", tmp_, path_));
+  done_ = true;
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {

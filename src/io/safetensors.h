@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,29 @@ struct SafetensorsData {
 };
 
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+
+// A file written tensor by tensor (never all in memory): the header from the declared names,
+// dtypes and shapes, then each tensor's bytes in that order; finish() fsyncs and renames it into
+// place, destruction before finish() removes the partial file.
+struct TensorSpec {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(std::string path, std::vector<TensorSpec> specs, const Metadata& metadata = {});
+  ~SafetensorsWriter();
+  void write(const at::Tensor& t);  // the next declared tensor (dtype and shape checked)
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::vector<TensorSpec> specs_;
+  size_t next_ = 0;
+  std::ofstream out_;
+  bool done_ = false;
+};
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 
 // Validates everything (lengths, JSON, dtypes, shapes, offsets in bounds, no overlap,

@@ -74,6 +74,23 @@ std::vector<std::shared_ptr<FeedForward>> TransformerLMImpl::feed_forwards() con
   return out;
 }
 
+std::optional<ParamCounts> blockwise_param_counts(const ModelConfig& c) {
+  const auto plan = plan_moe(c);
+  if (!plan.extensions.empty() || (c.ffn != "moe" && c.ffn != "swiglu")) return std::nullopt;
+  ParamCounts n;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    DecoderBlock block(c, i, plan);
+    const auto b = count_parameters(*block, {block->mlp}, 0);
+    n.total += b.total, n.active += b.active, n.expert_stored += b.expert_stored;
+    n.expert_vanilla += b.expert_vanilla, n.router += b.router;
+  }
+  n.embedding = c.vocab_size * c.d_model;
+  const int64_t rest = n.embedding + c.d_model + (c.tie_embeddings ? 0 : c.vocab_size * c.d_model);
+  n.total += rest, n.active += rest;
+  n.non_embedding = n.total - n.embedding;
+  return n;
+}
+
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   auto V = logits.size(-1);
   auto l = logits.reshape({-1, V});

@@ -4,6 +4,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <optional>
+
 #include "model/layers.h"
 #include "model/params.h"
 
@@ -56,6 +58,10 @@ class TransformerLMImpl : public torch::nn::Module {
   RopeTable rope_;
 };
 TORCH_MODULE(TransformerLM);
+
+// param_counts() of the LM `c` describes, built one decoder block at a time (a model larger than
+// memory); nullopt when its blocks share modules (a method's extension) and the whole model is needed.
+std::optional<ParamCounts> blockwise_param_counts(const ModelConfig& c);
 
 // mean next-token cross entropy in float32; logits [B, T, V], targets [B, T]
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -244,8 +244,19 @@ def main():
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--scale", type=int, default=1,
+                    help="multiply widths by this (a multi-gigabyte model for the import benchmark)")
+    ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
+    ap.add_argument("--no-reference", action="store_true", help="write the model only")
     a = ap.parse_args()
-    c = CONFIGS[a.arch]
+    c = dict(CONFIGS[a.arch])
+    for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if key in c:
+            c[key] *= a.scale
+    if "head_dim" in c:
+        c["head_dim"] *= a.scale
+    if a.layers:
+        c["num_hidden_layers"] = a.layers
     gen = torch.Generator().manual_seed(a.seed)
     dtype, code = DTYPES[a.dtype]
     stored = {n: (t.to(dtype), code) for n, t in make_weights(c, gen).items()}
@@ -265,6 +276,8 @@ def main():
             weight_map.update({n: file for n in part})
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+    if a.no_reference:
+        return
     weights = {n: t.float() for n, (t, _) in stored.items()}  # compute in float32 from what is stored
     ids = torch.randint(0, c["vocab_size"], (2, 7), generator=gen)
     with torch.no_grad():

@@ -210,3 +210,24 @@ TEST(HfExport, RefusesWhatHuggingFaceCannotHold) {
   fs::remove_all(dir);
   fs::remove_all(ckpt);
 }
+
+TEST(SafetensorsWriter, StreamsTheSameBytesAndLeavesNothingWhenInterrupted) {
+  const auto path = (fs::temp_directory_path() / "mf_writer.safetensors").string();
+  const NamedTensors tensors = {
+      {"b", torch::randn({3, 4})}, {"a", torch::arange(5)}, {"c", torch::randn({2}).to(at::kBFloat16)}};
+  std::vector<TensorSpec> specs;
+  for (auto& [n, t] : tensors) specs.push_back({n, t.scalar_type(), t.sizes().vec()});
+  {
+    SafetensorsWriter w(path, specs, {{"k", "v"}});
+    for (auto& [n, t] : tensors) w.write(t);
+    w.finish();
+  }
+  EXPECT_EQ(read_file(path), serialize_safetensors(tensors, {{"k", "v"}}));
+  fs::remove(path);
+  {
+    SafetensorsWriter w(path, specs);
+    EXPECT_THROW(w.write(torch::randn({4, 3})), FormatError);  // not the declared shape
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+}

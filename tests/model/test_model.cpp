@@ -370,3 +370,32 @@ TEST(ViT, OverfitsSixtyFourImages) {
   const double accuracy = (m->forward(images).argmax(-1) == labels).to(torch::kDouble).mean().item<double>();
   EXPECT_EQ(accuracy, 1.0);
 }
+
+// info's counts for models larger than memory (one block at a time) equal the whole model's.
+TEST(ParamCounts, BlockwiseEqualsTheWholeModel) {
+  auto moe = test::small_moe(50, 16, 3, 4, 2, 12);
+  moe.moe.layers = "1,2";
+  moe.moe.shared_hidden = 20;
+  moe.moe.shared_gate = true;
+  moe.qkv_bias = true;
+  moe.qk_norm = "head";
+  moe.head_dim = 6;
+  auto dense = test::small_model(50, 16, 2);
+  dense.tie_embeddings = true;
+  dense.qk_norm = "full";
+  dense.o_bias = true;
+  for (const auto& c : {moe, dense}) {
+    const auto whole = TransformerLM(c)->param_counts();
+    const auto blockwise = blockwise_param_counts(c);
+    ASSERT_TRUE(blockwise.has_value());
+    EXPECT_EQ(blockwise->total, whole.total);
+    EXPECT_EQ(blockwise->active, whole.active);
+    EXPECT_EQ(blockwise->embedding, whole.embedding);
+    EXPECT_EQ(blockwise->non_embedding, whole.non_embedding);
+    EXPECT_EQ(blockwise->expert_stored, whole.expert_stored);
+    EXPECT_EQ(blockwise->router, whole.router);
+  }
+  auto gelu = dense;
+  gelu.ffn = "gelu";
+  EXPECT_FALSE(blockwise_param_counts(gelu).has_value());
+}

@@ -12,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "io/hf/tensors.h"
 #include "io/model_io.h"
+#include "model/moe_ffn.h"
 #include "model/transformer.h"
 
 namespace mf::hf {
@@ -102,32 +103,49 @@ std::string HfDir::tokenizer_model() const {
   return fs::is_regular_file(p) ? p.string() : "";
 }
 
+std::vector<TensorSpec> model_specs(const ModelConfig& c) {
+  std::vector<TensorSpec> specs = {{"model.embed_tokens.weight", at::kFloat, {c.vocab_size, c.d_model}}};
+  const auto plan = plan_moe(c);
+  for (int64_t i = 0; i < c.n_layers; ++i) {  // one block in memory at a time
+    DecoderBlock block(c, i, plan);
+    const auto prefix = fmt::format("model.layers.{}.", i);
+    for (auto& p : block->named_parameters()) specs.push_back({prefix + p.key(), at::kFloat, p.value().sizes().vec()});
+    for (auto& b : block->named_buffers())
+      specs.push_back({prefix + b.key(), b.value().scalar_type(), b.value().sizes().vec()});
+  }
+  specs.push_back({"model.norm.weight", at::kFloat, {c.d_model}});
+  if (!c.tie_embeddings) specs.push_back({"lm_head.weight", at::kFloat, {c.vocab_size, c.d_model}});
+  return specs;
+}
+
 ImportReport import_hf(const std::string& dir, const std::string& out) {
   HfDir hf(dir);
   const auto& cfg = hf.config();
-  TransformerLM model(cfg.model);
-  std::vector<std::string> used;
+  const auto specs = model_specs(cfg.model);
   ImportReport r{hf.arch().model_type};
-  {
-    torch::NoGradGuard g;
-    for (auto& [name, t] : model_tensors(*model)) {
-      auto src = import_tensor(
-          hf.arch(), name, t.sizes(), [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used);
-      t.copy_(src);
-      r.parameters += t.numel();
-    }
-  }
-  const std::set<std::string> read(used.begin(), used.end());
-  for (auto& name : hf.names())
-    if (!read.count(name) && !ignorable_hf_tensor(name, cfg.model.tie_embeddings))
-      throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir, name,
-                                    hf.arch().model_type));
-  r.tensors_read = static_cast<int64_t>(read.size());
   Metadata meta = {{"moeforge.config", to_toml(cfg)},
                    {"moeforge.step", "0"},
                    {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)},
                    {"moeforge.architecture", hf.arch().model_type}};
-  write_checkpoint(out, {model_tensors(*model), {}, meta, {{"step", 0}, {"imported_from", dir}}, hf.tokenizer_model()});
+  CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"imported_from", dir}}, hf.tokenizer_model()};
+  contents.write_model = [&](const std::string& path) {  // one of our tensors in memory at a time
+    SafetensorsWriter w(path, specs, meta);
+    std::vector<std::string> used;
+    for (const auto& s : specs) {
+      auto t = import_tensor(
+          hf.arch(), s.name, s.shape, [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used);
+      w.write(t.to(s.dtype));
+      r.parameters += t.numel();
+    }
+    const std::set<std::string> read(used.begin(), used.end());
+    for (auto& name : hf.names())
+      if (!read.count(name) && !ignorable_hf_tensor(name, cfg.model.tie_embeddings))
+        throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir, name,
+                                      hf.arch().model_type));
+    r.tensors_read = static_cast<int64_t>(read.size());
+    w.finish();
+  };
+  write_checkpoint(out, contents);
   return r;
 }
 
@@ -169,39 +187,42 @@ ExportReport export_hf(const std::string& checkpoint, const std::string& out, co
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   ExportReport r{a.model_type};
-  NamedTensors shard;
+  // pass 1: every HF tensor's name and shape, assigned to shards in order
+  std::vector<std::vector<TensorSpec>> shards(1);
   int64_t shard_size = 0;
-  std::vector<std::vector<std::string>> shard_names;
-  auto flush = [&] {
-    if (shard.empty()) return;
-    save_safetensors((tmp / fmt::format("shard-{}", shard_names.size())).string(), shard, {{"format", "pt"}});
-    shard_names.emplace_back();
-    for (auto& [n, t] : shard) shard_names.back().push_back(n);
-    shard.clear();
-    shard_size = 0;
-  };
-  for (auto& [name, entry] : ours.header().tensors) {
+  for (auto& [name, entry] : ours.header().tensors)
     for (auto& [hf_name, t] : export_tensor(a, name, ours.read(name))) {
-      auto c = t.to(opt.dtype).contiguous();
-      const int64_t bytes = static_cast<int64_t>(c.nbytes());
-      if (shard_size > 0 && shard_size + bytes > opt.shard_bytes) flush();
-      shard.emplace_back(hf_name, c);
+      const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(opt.dtype));
+      if (shard_size > 0 && shard_size + bytes > opt.shard_bytes) shards.emplace_back(), shard_size = 0;
+      shards.back().push_back({hf_name, opt.dtype, t.sizes().vec()});
       shard_size += bytes;
       r.bytes += bytes;
       ++r.tensors;
     }
-  }
-  flush();
-  r.shards = static_cast<int64_t>(shard_names.size());
-  if (r.shards == 1) {
-    fs::rename(tmp / "shard-0", tmp / "model.safetensors");
-  } else {
-    nlohmann::json index = {{"metadata", {{"total_size", r.bytes}}}, {"weight_map", nlohmann::json::object()}};
-    for (int64_t i = 0; i < r.shards; ++i) {
-      const auto name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, r.shards);
-      fs::rename(tmp / fmt::format("shard-{}", i), tmp / name);
-      for (auto& n : shard_names[i]) index["weight_map"][n] = name;
+  r.shards = static_cast<int64_t>(shards.size());
+  auto file_of = [&](size_t i) {
+    return r.shards == 1 ? std::string("model.safetensors")
+                         : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, r.shards);
+  };
+  // pass 2: the same tensors again, written shard after shard (one of ours in memory at a time)
+  size_t shard = 0, next = 0;
+  auto writer = std::make_unique<SafetensorsWriter>((tmp / file_of(0)).string(), shards[0], Metadata{{"format", "pt"}});
+  for (auto& [name, entry] : ours.header().tensors)
+    for (auto& [hf_name, t] : export_tensor(a, name, ours.read(name))) {
+      if (next == shards[shard].size()) {
+        writer->finish();
+        ++shard, next = 0;
+        writer = std::make_unique<SafetensorsWriter>((tmp / file_of(shard)).string(), shards[shard],
+                                                     Metadata{{"format", "pt"}});
+      }
+      writer->write(t.to(opt.dtype));
+      ++next;
     }
+  writer->finish();
+  if (r.shards > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", r.bytes}}}, {"weight_map", nlohmann::json::object()}};
+    for (size_t i = 0; i < shards.size(); ++i)
+      for (auto& s : shards[i]) index["weight_map"][s.name] = file_of(i);
     write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
   write_file_atomic((tmp / "config.json").string(), j.dump(2) + "\n");

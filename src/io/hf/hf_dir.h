@@ -38,8 +38,11 @@ struct ImportReport {
   int64_t tensors_read = 0, parameters = 0;
 };
 // HF directory -> checkpoint directory `out` (float32), with the resolved config and the
-// SentencePiece tokenizer when the directory has one.
+// SentencePiece tokenizer when the directory has one. Streamed: one of our tensors (one
+// layer's stacked experts at most) and the HF tensors it is built from are in memory at a time.
 ImportReport import_hf(const std::string& hf_dir, const std::string& out);
+// Our tensors of a decoder LM with config `c` (names, dtypes, shapes), built one block at a time.
+std::vector<TensorSpec> model_specs(const ModelConfig& c);
 
 struct ExportOptions {
   std::string arch;                                // "" = by the model's flags (arch_for)
@@ -52,7 +55,7 @@ struct ExportReport {
 };
 // Our checkpoint -> HF directory `out` (config.json, model.safetensors
 // or model-0000i-of-0000N.safetensors + index, tokenizer.model if the checkpoint has one).
-// Reads our checkpoint one tensor at a time and holds at most one shard.
+// Streamed: reads our checkpoint twice, one tensor at a time (shard plan, then the bytes).
 ExportReport export_hf(const std::string& checkpoint, const std::string& out, const ExportOptions& opt);
 
 at::ScalarType parse_dtype(const std::string& name);  // f32 | bf16 | f16 (ConfigError otherwise)
