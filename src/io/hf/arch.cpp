@@ -148,6 +148,23 @@ void write_sparse_layers(const ModelConfig& m, nlohmann::json& j) {
     if (!is_moe_layer(m, i)) j["mlp_only_layers"].push_back(i);
 }
 
+void read_moe(const ConfigReader& r, ModelConfig& m, const std::string& experts_key, const std::string& width_key) {
+  m.ffn = "moe";
+  m.moe.num_experts = r.integer(experts_key);
+  m.moe.top_k = r.integer("num_experts_per_tok");
+  m.moe.expert_hidden = r.integer(width_key);
+  m.moe.renormalize = r.flag("norm_topk_prob", false);
+  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
+}
+
+void write_moe(const ModelConfig& m, nlohmann::json& j, const std::string& experts_key, const std::string& width_key) {
+  j[experts_key] = m.moe.num_experts;
+  j["num_experts_per_tok"] = m.moe.top_k;
+  j[width_key] = m.moe.expert_hidden;
+  j["norm_topk_prob"] = m.moe.renormalize;
+  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+}
+
 void check_moe_exportable(const ModelConfig& m, const std::string& arch) {
   auto refuse = [&](const std::string& what) {
     throw ConfigError(fmt::format("export to {}: {} has no Hugging Face equivalent", arch, what));

@@ -54,6 +54,10 @@ void write_common(const ModelConfig& m, nlohmann::json& j);
 // Qwen's sparse-layer keys: decoder_sparse_step and mlp_only_layers -> model.moe.layers.
 void read_sparse_layers(const ConfigReader& r, ModelConfig& m);
 void write_sparse_layers(const ModelConfig& m, nlohmann::json& j);
+// The routed experts' keys: count (`experts_key`), num_experts_per_tok, width (`width_key`),
+// norm_topk_prob (model.moe.renormalize), router_aux_loss_coef; every MoE architecture's.
+void read_moe(const ConfigReader& r, ModelConfig& m, const std::string& experts_key, const std::string& width_key);
+void write_moe(const ModelConfig& m, nlohmann::json& j, const std::string& experts_key, const std::string& width_key);
 // The checks every MoE export shares: softmax top-k routing, SwiGLU experts without biases, no selection bias step.
 void check_moe_exportable(const ModelConfig& m, const std::string& arch);
 

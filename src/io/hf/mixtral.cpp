@@ -8,13 +8,9 @@ namespace {
 void read(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   r.require("attention_bias", false, "Mixtral attention has no biases");
-  m.ffn = "moe";
+  read_moe(r, m, "num_local_experts", "intermediate_size");
   m.moe.layers = "all";
-  m.moe.num_experts = r.integer("num_local_experts");
-  m.moe.top_k = r.integer("num_experts_per_tok");
-  m.moe.expert_hidden = r.integer("intermediate_size");
-  m.moe.renormalize = true;
-  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
+  m.moe.renormalize = true;  // always, whatever norm_topk_prob says
 }
 
 void write(const ModelConfig& m, nlohmann::json& j) {
@@ -28,10 +24,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
   if (m.qk_norm != "none" || m.qkv_bias || m.o_bias)
     throw ConfigError("export to mixtral: Mixtral attention has no q/k norm and no biases");
   write_common(m, j);
-  j["intermediate_size"] = m.moe.expert_hidden;
-  j["num_local_experts"] = m.moe.num_experts;
-  j["num_experts_per_tok"] = m.moe.top_k;
-  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+  write_moe(m, j, "num_local_experts", "intermediate_size");
+  j.erase("norm_topk_prob");
   j["sliding_window"] = nullptr;
 }
 

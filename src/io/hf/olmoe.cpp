@@ -11,15 +11,10 @@ void read(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   r.require("clip_qkv", nullptr, "clamping q, k and v");
   if (m.head_dim != 0) r.fail("head_dim", "must equal hidden_size / num_attention_heads for OLMoE");
-  m.ffn = "moe";
+  read_moe(r, m, "num_experts", "intermediate_size");
   m.moe.layers = "all";
   m.qk_norm = "full";
   m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
-  m.moe.num_experts = r.integer("num_experts");
-  m.moe.top_k = r.integer("num_experts_per_tok");
-  m.moe.expert_hidden = r.integer("intermediate_size");
-  m.moe.renormalize = r.flag("norm_topk_prob", false);
-  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
 }
 
 void write(const ModelConfig& m, nlohmann::json& j) {
@@ -34,11 +29,7 @@ void write(const ModelConfig& m, nlohmann::json& j) {
   write_common(m, j);
   j.erase("head_dim");
   j["attention_bias"] = m.qkv_bias;
-  j["intermediate_size"] = m.moe.expert_hidden;
-  j["num_experts"] = m.moe.num_experts;
-  j["num_experts_per_tok"] = m.moe.top_k;
-  j["norm_topk_prob"] = m.moe.renormalize;
-  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+  write_moe(m, j, "num_experts", "intermediate_size");
   j["clip_qkv"] = nullptr;
 }
 

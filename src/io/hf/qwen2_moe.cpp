@@ -9,15 +9,10 @@ namespace {
 
 void read(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
-  m.ffn = "moe";
-  m.moe.num_experts = r.integer("num_experts");
-  m.moe.top_k = r.integer("num_experts_per_tok");
-  m.moe.expert_hidden = r.integer("moe_intermediate_size");
+  read_moe(r, m, "num_experts", "moe_intermediate_size");
   m.moe.shared_hidden = r.integer("shared_expert_intermediate_size");
   if (m.moe.shared_hidden < 1) r.fail("shared_expert_intermediate_size", "must be positive");
   m.moe.shared_gate = true;
-  m.moe.renormalize = r.flag("norm_topk_prob", false);
-  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
   m.qkv_bias = r.flag("qkv_bias", true);
   m.o_bias = false;
   read_sparse_layers(r, m);
@@ -30,13 +25,9 @@ void write(const ModelConfig& m, nlohmann::json& j) {
   if (m.qk_norm != "none" || m.o_bias || !m.qkv_bias)
     throw ConfigError("export to qwen2_moe: Qwen2-MoE attention has q/k/v biases, no o bias and no q/k norm");
   write_common(m, j);
-  j["num_experts"] = m.moe.num_experts;
-  j["num_experts_per_tok"] = m.moe.top_k;
-  j["moe_intermediate_size"] = m.moe.expert_hidden;
+  write_moe(m, j, "num_experts", "moe_intermediate_size");
   j["shared_expert_intermediate_size"] =
       m.moe.shared_hidden > 0 ? m.moe.shared_hidden : m.moe.n_shared * m.moe.expert_hidden;
-  j["norm_topk_prob"] = m.moe.renormalize;
-  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
   j["qkv_bias"] = true;
   j["use_sliding_window"] = false;
   write_sparse_layers(m, j);

@@ -8,14 +8,9 @@ namespace {
 
 void read(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
-  m.ffn = "moe";
+  read_moe(r, m, "num_experts", "moe_intermediate_size");
   m.qk_norm = "head";
   m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
-  m.moe.num_experts = r.integer("num_experts");
-  m.moe.top_k = r.integer("num_experts_per_tok");
-  m.moe.expert_hidden = r.integer("moe_intermediate_size");
-  m.moe.renormalize = r.flag("norm_topk_prob", false);
-  m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
   read_sparse_layers(r, m);
 }
 
@@ -28,11 +23,7 @@ void write(const ModelConfig& m, nlohmann::json& j) {
     throw ConfigError("export to qwen3_moe: Qwen3-MoE has no shared expert");
   write_common(m, j);
   j["attention_bias"] = m.qkv_bias;
-  j["num_experts"] = m.moe.num_experts;
-  j["num_experts_per_tok"] = m.moe.top_k;
-  j["moe_intermediate_size"] = m.moe.expert_hidden;
-  j["norm_topk_prob"] = m.moe.renormalize;
-  j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+  write_moe(m, j, "num_experts", "moe_intermediate_size");
   j["use_sliding_window"] = false;
   write_sparse_layers(m, j);
 }
