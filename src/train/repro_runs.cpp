@@ -23,6 +23,7 @@ std::string ReproArgs::command_line(const std::string& name) const {
   if (quick) s += " --quick";
   if (!config.empty()) s += " --config " + config;
   for (auto& set : sets) s += " --set " + set;
+  if (!out.empty()) s += " --out " + out;
   return s;
 }
 
