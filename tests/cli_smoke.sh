@@ -251,6 +251,7 @@ grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail 
 /usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --dtype bf16 --shards 2 --out hf_qwen3 \
   || fail "hf_reference.py (python3-torch)"
 expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3 -o hf_qwen3_ckpt
+expect_ok "hf:qwen3_moe" -- "$MF" info hf_qwen3
 expect_ok "ffn                          moe" -- "$MF" info hf_qwen3_ckpt
 expect_ok "in 5 shard" -- "$MF" export hf_qwen3_ckpt -o hf_qwen3_back --dtype bf16 --shard-size 30KB
 sed -i 's/"qwen3_moe"/"qwen9_moe"/' hf_qwen3/config.json

@@ -16,6 +16,7 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/hf/hf_dir.h"
 #include "io/upcycle.h"
 #include "methods/intb/intb.h"
 #include "methods/unif/unif.h"
@@ -154,7 +155,9 @@ void register_model_commands(CLI::App& app) {
   auto* gen = app.add_subcommand("generate", "sample text from a checkpoint (KV cache, temperature, top-p)");
   static std::string prompt;
   static SamplingOptions so;
-  gen->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  gen->add_option("checkpoint", ckpt,
+                  "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
+      ->required();
   gen->add_option("--prompt", prompt, "text to continue")->required();
   gen->add_option("--max-tokens", so.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   gen->add_option("--temperature", so.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
@@ -171,7 +174,9 @@ void register_model_commands(CLI::App& app) {
 
   auto* info = app.add_subcommand("info", "architecture, parameter counts and training state of a checkpoint");
   static bool as_json = false;
-  info->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  info->add_option("checkpoint", ckpt,
+                   "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
+      ->required();
   info->add_flag("--json", as_json, "print JSON");
   info->callback([] {
     streaming_allocator();
@@ -192,9 +197,21 @@ void register_model_commands(CLI::App& app) {
       ffns = model->feed_forwards();
       c = model->param_counts();
     }
-    const auto dir = checkpoint_dir(ckpt);
-    const SafetensorsFile file(dir + "/model.safetensors");  // the header only
-    auto meta = file.metadata();
+    const bool hf_dir = hf::is_hf_dir(ckpt);
+    const auto dir = hf_dir ? ckpt : checkpoint_dir(ckpt);
+    std::unique_ptr<hf::HfDir> hf;
+    std::unique_ptr<SafetensorsFile> file;  // the header only
+    std::map<std::string, SafetensorsHeader::Entry> tensors;
+    Metadata meta;
+    if (hf_dir) {
+      hf = std::make_unique<hf::HfDir>(ckpt);
+      for (auto& n : hf->names()) tensors[n] = hf->entry(n);
+      meta = {{"moeforge.architecture", "hf:" + hf->arch().model_type}, {"moeforge.step", "0"}};
+    } else {
+      file = std::make_unique<SafetensorsFile>(dir + "/model.safetensors");
+      tensors = file->header().tensors;
+      meta = file->metadata();
+    }
     const auto& m = cfg.model;
     nlohmann::json j = {{"checkpoint", dir},
                         {"architecture", meta["moeforge.architecture"]},
@@ -273,7 +290,7 @@ void register_model_commands(CLI::App& app) {
     for (auto& [k, v] : j.items())
       std::cout << fmt::format("{:<28} {}\n", k, v.is_string() ? v.get<std::string>() : v.dump());
     std::cout << "tensors:\n";
-    for (auto& [name, e] : file.header().tensors)
+    for (auto& [name, e] : tensors)
       std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(e.dtype), c10::str(e.shape));
   });
 

@@ -1,5 +1,8 @@
 #include "io/model_io.h"
 
+#include "io/hf/hf_dir.h"
+#include "io/hf/tensors.h"
+
 #include <fmt/format.h>
 
 #include "io/checkpoint.h"
@@ -49,6 +52,7 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file,
 }
 
 Config checkpoint_config(const std::string& ckpt_path) {
+  if (hf::is_hf_dir(ckpt_path)) return hf::HfDir(ckpt_path).config();
   const auto dir = checkpoint_dir(ckpt_path);  // the header only: a model larger than memory is fine
   const auto metadata = read_safetensors_metadata(dir + "/model.safetensors");
   Config cfg;
@@ -73,6 +77,18 @@ static Config checkpoint_config_of(const std::string& path, const std::string& t
 LoadedModel load_model(const std::string& path) {
   LoadedModel l;
   l.cfg = checkpoint_config_of(path, "lm");
+  if (hf::is_hf_dir(path)) {  // a Hugging Face directory, converted in memory as `import` does
+    const hf::HfDir hf(path);
+    l.model = TransformerLM(l.cfg.model);
+    std::vector<std::string> used;
+    torch::NoGradGuard g;
+    for (auto& [name, t] : model_tensors(*l.model))
+      t.copy_(hf::import_tensor(
+          hf.arch(), name, t.sizes(), [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used));
+    hf.check_all_read(used);
+    l.tokenizer = hf.tokenizer_model();
+    return l;
+  }
   const auto dir = checkpoint_dir(path);
   l.model = TransformerLM(l.cfg.model);
   load_module_tensors(*l.model, SafetensorsFile(dir + "/model.safetensors"), "");  // streamed: one copy in memory

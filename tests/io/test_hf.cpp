@@ -106,6 +106,8 @@ TEST(HfImport, LogitsAndRoutingMatchTheReferenceForEveryArchitecture) {
       ++layers;
     }
     EXPECT_EQ(layers, static_cast<int64_t>(ours.topk.size()));
+    // eval / generate / info open the directory itself: the same model as the imported checkpoint
+    EXPECT_TRUE(torch::equal(run_ours(dir, ref.at("ids")).logits, ours.logits));
     fs::remove_all(dir);
     fs::remove_all(ckpt);
   }

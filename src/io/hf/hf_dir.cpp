@@ -92,6 +92,20 @@ at::Tensor HfDir::read(const std::string& name) const {
   return shards_[it->second]->read(name);
 }
 
+const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw FormatError(fmt::format("{}: tensor '{}' is missing", dir_, name));
+  return shards_[it->second]->header().tensors.at(name);
+}
+
+void HfDir::check_all_read(const std::vector<std::string>& used) const {
+  const std::set<std::string> read(used.begin(), used.end());
+  for (auto& [name, shard] : where_)
+    if (!read.count(name) && !ignorable_hf_tensor(name, cfg_.model.tie_embeddings))
+      throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir_, name,
+                                    arch_->model_type));
+}
+
 std::vector<std::string> HfDir::names() const {
   std::vector<std::string> out;
   for (auto& [name, s] : where_) out.push_back(name);
@@ -137,12 +151,8 @@ ImportReport import_hf(const std::string& dir, const std::string& out) {
       w.write(t.to(s.dtype));
       r.parameters += t.numel();
     }
-    const std::set<std::string> read(used.begin(), used.end());
-    for (auto& name : hf.names())
-      if (!read.count(name) && !ignorable_hf_tensor(name, cfg.model.tie_embeddings))
-        throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir, name,
-                                      hf.arch().model_type));
-    r.tensors_read = static_cast<int64_t>(read.size());
+    hf.check_all_read(used);
+    r.tensors_read = static_cast<int64_t>(std::set<std::string>(used.begin(), used.end()).size());
     w.finish();
   };
   write_checkpoint(out, contents);

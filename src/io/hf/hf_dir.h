@@ -24,6 +24,9 @@ class HfDir {
   at::Tensor read(const std::string& name) const;  // as stored (F32, F16 or BF16); FormatError names it
   std::vector<std::string> names() const;
   std::string tokenizer_model() const;  // tokenizer.model (SentencePiece) if present, else ""
+  const SafetensorsHeader::Entry& entry(const std::string& name) const;  // dtype, shape
+  // FormatError naming a stored tensor not in `read` that the model has no place for.
+  void check_all_read(const std::vector<std::string>& read) const;
 
  private:
   std::string dir_;
