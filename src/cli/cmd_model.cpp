@@ -1,5 +1,7 @@
 #include <fmt/format.h>
+
 #include <spdlog/spdlog.h>
+#include <chrono>
 
 #include <cmath>
 #include <filesystem>
@@ -169,7 +171,12 @@ void register_model_commands(CLI::App& app) {
     auto l = load_model(ckpt);
     Tokenizer tok(l.tokenizer);
     so.stop_token = tok.eos_id();
-    std::cout << prompt << tok.decode(generate(l.model, tok.encode(prompt), so)) << "\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = generate(l.model, tok.encode(prompt), so);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << prompt << tok.decode(ids) << "\n";
+    spdlog::info("generated {} tokens in {:.2f} s ({:.1f} tokens/s, prompt processing included)", ids.size(), seconds,
+                 static_cast<double>(ids.size()) / std::max(seconds, 1e-9));
   });
 
   auto* info = app.add_subcommand("info", "architecture, parameter counts and training state of a checkpoint");
