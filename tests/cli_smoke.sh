@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer; do
+for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -252,6 +252,8 @@ grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail 
   || fail "hf_reference.py (python3-torch)"
 expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3 -o hf_qwen3_ckpt
 expect_ok "hf:qwen3_moe" -- "$MF" info hf_qwen3
+expect_ok "tokens for 11 bytes" -- "$MF" tokenize data "hello world"
+expect_fail 3 "tokenizer.json is not supported yet" -- "$MF" tokenize hf_qwen3 "hello"
 expect_ok "ffn                          moe" -- "$MF" info hf_qwen3_ckpt
 expect_ok "in 5 shard" -- "$MF" export hf_qwen3_ckpt -o hf_qwen3_back --dtype bf16 --shard-size 30KB
 sed -i 's/"qwen3_moe"/"qwen9_moe"/' hf_qwen3/config.json

@@ -1,13 +1,40 @@
-// Hugging Face interop: import an HF model directory as a checkpoint, export a checkpoint as one.
+// Hugging Face interop: import an HF model directory as a checkpoint, export a checkpoint as one;
+// tokenize with a checkpoint's or directory's tokenizer.
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
 #include <iostream>
+#include <iterator>
 
 #include "cli/commands.h"
 #include "core/runtime.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
 #include "io/hf/hf_dir.h"
 
 namespace mf::cli {
+
+namespace {
+
+// tokenizer.model of a checkpoint, run, corpus or Hugging Face directory, or the file itself
+std::string tokenizer_of(const std::string& source) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(source)) return source;
+  if (hf::is_hf_dir(source)) {
+    const auto t = hf::HfDir(source).tokenizer_model();
+    if (t.empty())
+      throw FormatError(source +
+                        ": no tokenizer.model (SentencePiece); Hugging Face tokenizer.json is not supported yet");
+    return t;
+  }
+  const auto direct = fs::path(source) / "tokenizer.model";  // a prepared corpus or a checkpoint
+  if (fs::is_regular_file(direct)) return direct.string();
+  return (fs::path(checkpoint_dir(source)) / "tokenizer.model").string();
+}
+
+}  // namespace
 
 void register_hf_commands(CLI::App& app) {
   static std::string in, out, arch, dtype = "f32", shard = "5GB";
@@ -23,6 +50,33 @@ void register_hf_commands(CLI::App& app) {
     auto r = hf::import_hf(in, out);
     std::cout << fmt::format("wrote {}: {} model, {} parameters from {} Hugging Face tensors\n", out, r.arch,
                              r.parameters, r.tensors_read);
+  });
+
+  auto* tk =
+      app.add_subcommand("tokenize",
+                         "text -> token ids (or ids -> text with --decode) with the tokenizer of a checkpoint, run, "
+                         "prepared corpus or Hugging Face directory (SentencePiece tokenizer.model)");
+  static std::string source, text;
+  static std::vector<int> decode_ids;
+  static bool pieces = false;
+  tk->add_option("source", source, "checkpoint, run or corpus directory, HF model directory, or a tokenizer.model")
+      ->required();
+  tk->add_option("text", text, "text to encode (default: standard input)");
+  tk->add_option("--decode", decode_ids, "token ids to decode instead");
+  tk->add_flag("--pieces", pieces, "also print each id's text");
+  tk->callback([] {
+    Tokenizer tok(tokenizer_of(source));
+    if (!decode_ids.empty()) {
+      std::cout << tok.decode(decode_ids) << "\n";
+      return;
+    }
+    if (text.empty()) text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    const auto ids = tok.encode(text);
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+    if (pieces)
+      for (int id : ids) std::cout << fmt::format("{:>8} {:?}\n", id, tok.decode({id}));
+    spdlog::info("{} tokens for {} bytes (vocabulary {})", ids.size(), text.size(), tok.vocab_size());
   });
 
   auto* exp = app.add_subcommand(
