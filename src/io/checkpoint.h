@@ -16,7 +16,7 @@ struct CheckpointContents {
   nlohmann::json trainer_state;
   std::string tokenizer_file;  // copied in, so a checkpoint is self-contained
   // When set, writes model.safetensors at the path it is given (streamed) instead of `model`.
-  std::function<void(const std::string& path)> write_model;
+  std::function<void(const std::string& path)> write_model = nullptr;
 };
 
 void write_checkpoint(const std::string& dir, const CheckpointContents& c);

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -26,9 +28,13 @@ std::string source_dir() {
   return s ? s : ".";
 }
 
-// Writes the reference's tiny model of `arch` into a fresh directory and returns it.
+// Writes the reference's tiny model of `arch` into a fresh directory of this test (ctest runs
+// tests in parallel processes) and returns it.
 std::string reference_model(const std::string& arch, const std::string& dtype, int shards) {
-  const auto dir = (fs::temp_directory_path() / ("mf_hf_" + arch + "_" + dtype + std::to_string(shards))).string();
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto dir =
+      (fs::temp_directory_path() / fmt::format("mf_hf_{}_{}_{}_{}_{}", ::getpid(), test->name(), arch, dtype, shards))
+          .string();
   fs::remove_all(dir);
   const auto cmd = fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --arch {} --dtype {} --shards {} --out {}",
                                source_dir(), arch, dtype, shards, dir);
