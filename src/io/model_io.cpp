@@ -1,7 +1,6 @@
 #include "io/model_io.h"
 
 #include "io/hf/hf_dir.h"
-#include "io/hf/tensors.h"
 
 #include <fmt/format.h>
 
@@ -82,9 +81,7 @@ LoadedModel load_model(const std::string& path) {
     l.model = TransformerLM(l.cfg.model);
     std::vector<std::string> used;
     torch::NoGradGuard g;
-    for (auto& [name, t] : model_tensors(*l.model))
-      t.copy_(hf::import_tensor(
-          hf.arch(), name, t.sizes(), [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used));
+    for (auto& [name, t] : model_tensors(*l.model)) t.copy_(hf.ours(name, t.sizes(), used));
     hf.check_all_read(used);
     l.tokenizer = hf.tokenizer_model();
     return l;

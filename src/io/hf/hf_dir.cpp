@@ -98,6 +98,11 @@ const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const {
   return shards_[it->second]->header().tensors.at(name);
 }
 
+at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const {
+  return import_tensor(
+      *arch_, name, shape, [&](const std::string& n) { return read(n).to(at::kFloat); }, used);
+}
+
 void HfDir::check_all_read(const std::vector<std::string>& used) const {
   const std::set<std::string> read(used.begin(), used.end());
   for (auto& [name, shard] : where_)
@@ -146,8 +151,7 @@ ImportReport import_hf(const std::string& dir, const std::string& out) {
     SafetensorsWriter w(path, specs, meta);
     std::vector<std::string> used;
     for (const auto& s : specs) {
-      auto t = import_tensor(
-          hf.arch(), s.name, s.shape, [&](const std::string& n) { return hf.read(n).to(at::kFloat); }, used);
+      auto t = hf.ours(s.name, s.shape, used);
       w.write(t.to(s.dtype));
       r.parameters += t.numel();
     }

@@ -25,6 +25,8 @@ class HfDir {
   std::vector<std::string> names() const;
   std::string tokenizer_model() const;  // tokenizer.model (SentencePiece) if present, else ""
   const SafetensorsHeader::Entry& entry(const std::string& name) const;  // dtype, shape
+  // Our tensor `name` of `shape` in float32 from the stored tensors (import_tensor); adds what it read to `used`.
+  at::Tensor ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const;
   // FormatError naming a stored tensor not in `read` that the model has no place for.
   void check_all_read(const std::vector<std::string>& read) const;
 
