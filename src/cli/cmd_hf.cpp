@@ -18,20 +18,13 @@ namespace mf::cli {
 
 namespace {
 
-// tokenizer.model of a checkpoint, run, corpus or Hugging Face directory, or the file itself
+// the tokenizer file of a checkpoint, run, corpus or Hugging Face directory, or the file itself
 std::string tokenizer_of(const std::string& source) {
   namespace fs = std::filesystem;
   if (fs::is_regular_file(source)) return source;
-  if (hf::is_hf_dir(source)) {
-    const auto t = hf::HfDir(source).tokenizer_model();
-    if (t.empty())
-      throw FormatError(source +
-                        ": no tokenizer.model (SentencePiece); Hugging Face tokenizer.json is not supported yet");
-    return t;
-  }
-  const auto direct = fs::path(source) / "tokenizer.model";  // a prepared corpus or a checkpoint
-  if (fs::is_regular_file(direct)) return direct.string();
-  return (fs::path(checkpoint_dir(source)) / "tokenizer.model").string();
+  if (const auto direct = tokenizer_in(source); !direct.empty()) return direct;  // HF or corpus directory, checkpoint
+  if (hf::is_hf_dir(source)) throw FormatError(source + ": no tokenizer.model or tokenizer.json");
+  return Checkpoint{checkpoint_dir(source)}.tokenizer_path();
 }
 
 }  // namespace
@@ -52,14 +45,15 @@ void register_hf_commands(CLI::App& app) {
                              r.parameters, r.tensors_read);
   });
 
-  auto* tk =
-      app.add_subcommand("tokenize",
-                         "text -> token ids (or ids -> text with --decode) with the tokenizer of a checkpoint, run, "
-                         "prepared corpus or Hugging Face directory (SentencePiece tokenizer.model)");
+  auto* tk = app.add_subcommand(
+      "tokenize",
+      "text -> token ids (or ids -> text with --decode) with the tokenizer of a checkpoint, run, "
+      "prepared corpus or Hugging Face directory (SentencePiece tokenizer.model or byte-level BPE tokenizer.json)");
   static std::string source, text;
   static std::vector<int> decode_ids;
   static bool pieces = false;
-  tk->add_option("source", source, "checkpoint, run or corpus directory, HF model directory, or a tokenizer.model")
+  tk->add_option("source", source,
+                 "checkpoint, run or corpus directory, HF model directory, or a tokenizer.model / tokenizer.json")
       ->required();
   tk->add_option("text", text, "text to encode (default: standard input)");
   tk->add_option("--decode", decode_ids, "token ids to decode instead");

@@ -15,6 +15,7 @@
 #include "core/util.h"
 #include "data/idx.h"
 #include "data/images.h"
+#include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -144,10 +145,18 @@ void register_model_commands(CLI::App& app) {
       std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), dump_path);
       return;
     }
-    PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-    if (corpus.vocab_size() != l.cfg.model.vocab_size)
-      throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
-    auto losses = evaluate_domains(l.model, corpus, split, seq_len > 0 ? seq_len : l.cfg.train.seq_len, windows, 16);
+    const int64_t len = seq_len > 0 ? seq_len : l.cfg.train.seq_len;
+    std::vector<DomainLoss> losses;
+    if (hf::is_hf_dir(ckpt)) {  // its own tokenizer: the same documents, re-tokenized
+      spdlog::info("evaluating on the corpus's {} documents encoded with the model's tokenizer {}", split, l.tokenizer);
+      losses =
+          evaluate_streams(l.model, retokenized_split(l.cfg.data, Tokenizer(l.tokenizer), split), len, windows, 16);
+    } else {
+      PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
+      if (corpus.vocab_size() != l.cfg.model.vocab_size)
+        throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
+      losses = evaluate_domains(l.model, corpus, split, len, windows, 16);
+    }
     std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
     for (auto& d : losses)
       std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);

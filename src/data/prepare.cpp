@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,39 @@ double unigram_entropy(const std::vector<int64_t>& counts) {
 static int split_of(const std::string& domain, size_t doc) {
   uint64_t h = mix_seed(fnv1a64(domain.data(), domain.size()), doc) % 100;
   return h < 98 ? 0 : (h < 99 ? 1 : 2);
+}
+
+std::vector<int> document_splits(const std::string& domain, size_t documents) {
+  std::vector<int> out(documents);
+  std::vector<int64_t> count(3, 0);
+  for (size_t i = 0; i < documents; ++i) {
+    int s = split_of(domain, i);
+    // tiny corpora: make sure val and test are never empty
+    if (s == 0 && i + 1 == documents && count[2] == 0) s = 2;
+    if (s == 0 && i + 2 == documents && count[1] == 0) s = 1;
+    ++count[s];
+    out[i] = s;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> retokenized_split(const DataConfig& cfg, const Tokenizer& tok,
+                                                                        const std::string& split) {
+  const auto wanted = std::find(split_names().begin(), split_names().end(), split) - split_names().begin();
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (const auto& d : builtin_domains()) {
+    const auto docs = extract_domain(d, cfg.source_root, cfg.max_source_bytes);
+    const auto splits = document_splits(d.name, docs.size());
+    std::vector<int> ids;
+    for (size_t i = 0; i < docs.size(); ++i) {
+      if (splits[i] != wanted) continue;
+      const auto doc = tok.encode(docs[i]);
+      ids.insert(ids.end(), doc.begin(), doc.end());
+      if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+    }
+    out.emplace_back(d.name, std::move(ids));
+  }
+  return out;
 }
 
 static std::vector<std::vector<int>> encode_all(const Tokenizer& tok, const std::vector<std::string>& docs,
@@ -146,11 +180,9 @@ PrepareResult prepare_corpus(const DataConfig& cfg, bool force) {
     std::vector<std::vector<uint16_t>> splits(3);
     std::vector<int64_t> split_docs(3, 0), counts(vocab, 0);
     int64_t bytes = 0;
+    const auto split_of_doc = document_splits(name, encoded.size());
     for (size_t i = 0; i < encoded.size(); ++i) {
-      int s = split_of(name, i);
-      // tiny corpora: make sure val and test are never empty
-      if (s == 0 && i + 1 == encoded.size() && split_docs[2] == 0) s = 2;
-      if (s == 0 && i + 2 == encoded.size() && split_docs[1] == 0) s = 1;
+      const int s = split_of_doc[i];
       for (int id : encoded[i]) splits[s].push_back(static_cast<uint16_t>(id));
       splits[s].push_back(static_cast<uint16_t>(tok.eos_id()));
       ++split_docs[s];

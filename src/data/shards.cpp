@@ -125,7 +125,8 @@ Batch BatchSampler::sample(int64_t step, int64_t micro, int64_t B) const {
   return {inputs, targets};
 }
 
-Batch fixed_windows(const std::vector<uint16_t>& toks, int64_t seq_len, int64_t windows) {
+template <class Token>
+static Batch windows_of(const std::vector<Token>& toks, int64_t seq_len, int64_t windows) {
   if (static_cast<int64_t>(toks.size()) < seq_len + 1)
     throw std::runtime_error(fmt::format("split has {} tokens, fewer than seq_len+1 = {}", toks.size(), seq_len + 1));
   auto inputs = at::empty({windows, seq_len}, at::kLong), targets = at::empty({windows, seq_len}, at::kLong);
@@ -140,6 +141,13 @@ Batch fixed_windows(const std::vector<uint16_t>& toks, int64_t seq_len, int64_t 
     }
   }
   return {inputs, targets};
+}
+
+Batch fixed_windows(const std::vector<uint16_t>& toks, int64_t seq_len, int64_t windows) {
+  return windows_of(toks, seq_len, windows);
+}
+Batch fixed_windows(const std::vector<int>& toks, int64_t seq_len, int64_t windows) {
+  return windows_of(toks, seq_len, windows);
 }
 
 }  // namespace mf

@@ -57,5 +57,6 @@ class BatchSampler {
 
 // `windows` fixed windows of seq_len+1 tokens spread evenly over a split (no randomness).
 Batch fixed_windows(const std::vector<uint16_t>& tokens, int64_t seq_len, int64_t windows);
+Batch fixed_windows(const std::vector<int>& tokens, int64_t seq_len, int64_t windows);  // vocabularies over 2^16
 
 }  // namespace mf

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/util.h"
+#include "data/hf_tokenizer.h"
 
 namespace mf {
 namespace {
@@ -72,6 +73,10 @@ const Shim& shim() {
 Tokenizer::Tokenizer(const std::string& path) {
   char err[512] = "";
   if (!std::filesystem::exists(path)) throw std::runtime_error(fmt::format("tokenizer '{}' not found", path));
+  if (std::filesystem::path(path).extension() == ".json") {
+    hf_ = std::make_unique<HfTokenizer>(path);
+    return;
+  }
   handle_ = shim().load(path.c_str(), err, sizeof err);
   if (!handle_) throw std::runtime_error(fmt::format("cannot load tokenizer '{}': {}", path, err));
 }
@@ -81,6 +86,7 @@ Tokenizer::~Tokenizer() {
 }
 
 std::vector<int> Tokenizer::encode(const std::string& text) const {
+  if (hf_) return hf_->encode(text);
   int* ids = nullptr;
   size_t n = 0;
   char err[512] = "";
@@ -92,6 +98,7 @@ std::vector<int> Tokenizer::encode(const std::string& text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  if (hf_) return hf_->decode(ids);
   char* text = nullptr;
   size_t n = 0;
   char err[512] = "";
@@ -102,9 +109,26 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   return out;
 }
 
-int Tokenizer::vocab_size() const { return shim().info(handle_, 0); }
-int Tokenizer::eos_id() const { return shim().info(handle_, 1); }
-int Tokenizer::bos_id() const { return shim().info(handle_, 2); }
+int Tokenizer::vocab_size() const { return hf_ ? hf_->vocab_size() : shim().info(handle_, 0); }
+int Tokenizer::eos_id() const { return hf_ ? hf_->eos_id() : shim().info(handle_, 1); }
+int Tokenizer::bos_id() const { return hf_ ? hf_->bos_id() : shim().info(handle_, 2); }
+
+std::string tokenizer_in(const std::string& dir) {
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    const auto p = std::filesystem::path(dir) / name;
+    if (std::filesystem::is_regular_file(p)) return p.string();
+  }
+  return "";
+}
+
+void copy_tokenizer(const std::string& file, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path from(file);
+  write_file_atomic((fs::path(dir) / from.filename()).string(), read_file(file));
+  const auto config = from.parent_path() / "tokenizer_config.json";
+  if (from.extension() == ".json" && fs::is_regular_file(config))
+    write_file_atomic((fs::path(dir) / config.filename()).string(), read_file(config.string()));
+}
 
 // SentencePiece logs to stderr through its own logger; send it to a file instead.
 struct StderrToFile {

@@ -1,13 +1,19 @@
-// SentencePiece BPE tokenizer (byte fallback on, so every byte sequence round-trips).
-// SentencePiece runs inside a dlopen'ed shim (see src/tokenizer_shim/spm_shim.cpp).
+// A tokenizer file: SentencePiece `*.model` (ours: BPE with byte fallback, so every byte
+// sequence round-trips; or a Hugging Face model's) or a Hugging Face `tokenizer.json`
+// (byte-level BPE, see data/hf_tokenizer.h). SentencePiece runs inside a dlopen'ed shim
+// (see src/tokenizer_shim/spm_shim.cpp).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mf {
 
+class HfTokenizer;
+
 class Tokenizer {
  public:
+  // A path ending in ".json" is read as a Hugging Face tokenizer.json.
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
@@ -19,8 +25,16 @@ class Tokenizer {
   int bos_id() const;
 
  private:
-  void* handle_ = nullptr;
+  void* handle_ = nullptr;           // SentencePiece
+  std::unique_ptr<HfTokenizer> hf_;  // or tokenizer.json
 };
+
+// The tokenizer file of a directory (checkpoint, prepared corpus, Hugging Face model):
+// tokenizer.model, else tokenizer.json; "" when it has neither.
+std::string tokenizer_in(const std::string& dir);
+// Copies a tokenizer file into `dir` under its own name, with the tokenizer_config.json
+// beside a tokenizer.json (it names the special tokens).
+void copy_tokenizer(const std::string& tokenizer_file, const std::string& dir);
 
 // Trains on `sample` (one sentence per line) and writes the model to `model_path`.
 // Deterministic in (sample, vocab_size). SentencePiece's own log goes to `log_file`.

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/util.h"
+#include "data/tokenizer.h"
 
 namespace mf {
 namespace fs = std::filesystem;
@@ -22,7 +23,7 @@ void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
       save_safetensors((tmp / "model.safetensors").string(), c.model, c.model_metadata);
     save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer);
     write_file_atomic((tmp / "trainer_state.json").string(), c.trainer_state.dump(2) + "\n");
-    if (!c.tokenizer_file.empty()) write_file_atomic((tmp / "tokenizer.model").string(), read_file(c.tokenizer_file));
+    if (!c.tokenizer_file.empty()) copy_tokenizer(c.tokenizer_file, tmp.string());
   } catch (...) {
     fs::remove_all(tmp);  // the previous checkpoint (if any) stays as it was
     throw;
@@ -72,7 +73,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   return c;
 }
 
-std::string Checkpoint::tokenizer_path() const { return (fs::path(dir) / "tokenizer.model").string(); }
+std::string Checkpoint::tokenizer_path() const {
+  const auto t = tokenizer_in(dir);
+  return t.empty() ? (fs::path(dir) / "tokenizer.model").string() : t;  // the error then names the usual file
+}
 
 std::string config_toml_of(const Metadata& metadata, const std::string& dir) {
   auto it = metadata.find("moeforge.config");

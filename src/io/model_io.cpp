@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "data/tokenizer.h"
 #include "io/checkpoint.h"
 
 namespace mf {
@@ -83,13 +84,13 @@ LoadedModel load_model(const std::string& path) {
     torch::NoGradGuard g;
     for (auto& [name, t] : model_tensors(*l.model)) t.copy_(hf.ours(name, t.sizes(), used));
     hf.check_all_read(used);
-    l.tokenizer = hf.tokenizer_model();
+    l.tokenizer = tokenizer_in(path);
     return l;
   }
   const auto dir = checkpoint_dir(path);
   l.model = TransformerLM(l.cfg.model);
   load_module_tensors(*l.model, SafetensorsFile(dir + "/model.safetensors"), "");  // streamed: one copy in memory
-  l.tokenizer = dir + "/tokenizer.model";
+  l.tokenizer = Checkpoint{dir}.tokenizer_path();
   return l;
 }
 

@@ -5,6 +5,22 @@
 
 namespace mf {
 
+namespace {
+// mean next-token loss over the windows of `batch`
+double windows_loss(TransformerLM& model, const Batch& batch, int64_t batch_size,
+                    const std::function<void()>& after_batch) {
+  const int64_t windows = batch.inputs.size(0);
+  double sum = 0;
+  for (int64_t b = 0; b < windows; b += batch_size) {
+    const int64_t n = std::min(batch_size, windows - b);
+    auto logits = model->forward(batch.inputs.narrow(0, b, n));
+    if (after_batch) after_batch();
+    sum += lm_loss(logits, batch.targets.narrow(0, b, n)).item<double>() * static_cast<double>(n);
+  }
+  return sum / static_cast<double>(windows);
+}
+}  // namespace
+
 std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
                                          int64_t seq_len, int64_t windows, int64_t batch_size,
                                          const std::function<void()>& after_batch) {
@@ -12,17 +28,25 @@ std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCor
   bool was_training = model->is_training();
   model->eval();
   std::vector<DomainLoss> out;
-  for (size_t d = 0; d < corpus.domains().size(); ++d) {
-    auto batch = fixed_windows(corpus.tokens(d, split), seq_len, windows);
-    double sum = 0;
-    for (int64_t b = 0; b < windows; b += batch_size) {
-      int64_t n = std::min(batch_size, windows - b);
-      auto logits = model->forward(batch.inputs.narrow(0, b, n));
-      if (after_batch) after_batch();
-      sum += lm_loss(logits, batch.targets.narrow(0, b, n)).item<double>() * static_cast<double>(n);
-    }
-    out.push_back({corpus.domains()[d], sum / static_cast<double>(windows), windows * seq_len});
-  }
+  for (size_t d = 0; d < corpus.domains().size(); ++d)
+    out.push_back(
+        {corpus.domains()[d],
+         windows_loss(model, fixed_windows(corpus.tokens(d, split), seq_len, windows), batch_size, after_batch),
+         windows * seq_len});
+  model->train(was_training);
+  return out;
+}
+
+std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
+                                         const std::vector<std::pair<std::string, std::vector<int>>>& streams,
+                                         int64_t seq_len, int64_t windows, int64_t batch_size) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  std::vector<DomainLoss> out;
+  for (const auto& [name, tokens] : streams)
+    out.push_back(
+        {name, windows_loss(model, fixed_windows(tokens, seq_len, windows), batch_size, {}), windows * seq_len});
   model->train(was_training);
   return out;
 }

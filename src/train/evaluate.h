@@ -19,6 +19,10 @@ struct DomainLoss {
 std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
                                          int64_t seq_len, int64_t windows, int64_t batch_size,
                                          const std::function<void()>& after_batch = {});
+// The same on token streams of the caller's (e.g. documents re-tokenized for a Hugging Face model).
+std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
+                                         const std::vector<std::pair<std::string, std::vector<int>>>& streams,
+                                         int64_t seq_len, int64_t windows, int64_t batch_size);
 double mean_loss(const std::vector<DomainLoss>& losses);
 
 struct ClassifierEvaluation {

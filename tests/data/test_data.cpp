@@ -124,6 +124,15 @@ TEST_F(PreparedData, DeterministicIdempotentAndLoadable) {
   Tokenizer tok(corpus.tokenizer_path());
   const std::string text = "In the beginning\n  int main() { return 0; } \xc3\xa9";
   EXPECT_EQ(tok.decode(tok.encode(text)), text);  // byte fallback: lossless
+  // re-tokenizing a split (how a Hugging Face model is evaluated) gives the prepared shard itself
+  for (const auto& split : {"val", "test"}) {
+    const auto streams = retokenized_split(b, tok, split);
+    ASSERT_EQ(streams.size(), corpus.domains().size());
+    for (size_t d = 0; d < streams.size(); ++d) {
+      const auto& shard = corpus.tokens(d, split);
+      EXPECT_EQ(streams[d].second, std::vector<int>(shard.begin(), shard.end())) << streams[d].first << " " << split;
+    }
+  }
 
   BatchSampler s1(corpus, {1, 1, 1, 1}, 16, 42), s2(corpus, {1, 1, 1, 1}, 16, 42), s3(corpus, {1, 1, 1, 1}, 16, 43);
   auto x = s1.sample(5, 0, 8), y = s2.sample(5, 0, 8);

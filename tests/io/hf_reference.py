@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 
 import torch
@@ -248,6 +249,8 @@ def main():
                     help="multiply widths by this (a multi-gigabyte model for the import benchmark)")
     ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
     ap.add_argument("--no-reference", action="store_true", help="write the model only")
+    ap.add_argument("--vocab", type=int, default=0, help="override vocab_size (to fit a real tokenizer)")
+    ap.add_argument("--tokenizer", default="", help="a folder whose tokenizer.json / tokenizer_config.json are copied")
     a = ap.parse_args()
     c = dict(CONFIGS[a.arch])
     for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
@@ -257,6 +260,8 @@ def main():
         c["head_dim"] *= a.scale
     if a.layers:
         c["num_hidden_layers"] = a.layers
+    if a.vocab:
+        c["vocab_size"] = a.vocab
     gen = torch.Generator().manual_seed(a.seed)
     dtype, code = DTYPES[a.dtype]
     stored = {n: (t.to(dtype), code) for n, t in make_weights(c, gen).items()}
@@ -276,6 +281,9 @@ def main():
             weight_map.update({n: file for n in part})
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if a.tokenizer and os.path.isfile(os.path.join(a.tokenizer, name)):
+            shutil.copyfile(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
     if a.no_reference:
         return
     weights = {n: t.float() for n, (t, _) in stored.items()}  # compute in float32 from what is stored

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/util.h"
+#include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf/tensors.h"
 #include "io/model_io.h"
@@ -117,11 +118,6 @@ std::vector<std::string> HfDir::names() const {
   return out;
 }
 
-std::string HfDir::tokenizer_model() const {
-  const auto p = fs::path(dir_) / "tokenizer.model";
-  return fs::is_regular_file(p) ? p.string() : "";
-}
-
 std::vector<TensorSpec> model_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs = {{"model.embed_tokens.weight", at::kFloat, {c.vocab_size, c.d_model}}};
   const auto plan = plan_moe(c);
@@ -146,7 +142,7 @@ ImportReport import_hf(const std::string& dir, const std::string& out) {
                    {"moeforge.step", "0"},
                    {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)},
                    {"moeforge.architecture", hf.arch().model_type}};
-  CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"imported_from", dir}}, hf.tokenizer_model()};
+  CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"imported_from", dir}}, tokenizer_in(dir)};
   contents.write_model = [&](const std::string& path) {  // one of our tensors in memory at a time
     SafetensorsWriter w(path, specs, meta);
     std::vector<std::string> used;
@@ -240,8 +236,7 @@ ExportReport export_hf(const std::string& checkpoint, const std::string& out, co
     write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
   write_file_atomic((tmp / "config.json").string(), j.dump(2) + "\n");
-  const auto tokenizer = fs::path(dir) / "tokenizer.model";
-  if (fs::is_regular_file(tokenizer)) fs::copy_file(tokenizer, tmp / "tokenizer.model");
+  if (const auto tokenizer = tokenizer_in(dir); !tokenizer.empty()) copy_tokenizer(tokenizer, tmp.string());
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   return r;

@@ -23,7 +23,6 @@ class HfDir {
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   at::Tensor read(const std::string& name) const;  // as stored (F32, F16 or BF16); FormatError names it
   std::vector<std::string> names() const;
-  std::string tokenizer_model() const;  // tokenizer.model (SentencePiece) if present, else ""
   const SafetensorsHeader::Entry& entry(const std::string& name) const;  // dtype, shape
   // Our tensor `name` of `shape` in float32 from the stored tensors (import_tensor); adds what it read to `used`.
   at::Tensor ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const;
