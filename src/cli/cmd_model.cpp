@@ -25,6 +25,7 @@
 #include "methods/unif/unif.h"
 #include "model/moe_ffn.h"
 #include "serve/generate.h"
+#include "train/evaluable.h"
 #include "train/evaluate.h"
 #include "train/optim.h"
 #include "train/trainer.h"
@@ -128,8 +129,8 @@ void register_model_commands(CLI::App& app) {
       if (images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
       return dump_classifier_logits(ckpt, images_path, dump_path);
     }
-    auto l = load_model(ckpt);
     if (!dump_path.empty()) {
+      auto l = load_model(ckpt);
       std::vector<int64_t> ids = parse_ids(dump_tokens);
       if (!dump_text.empty()) {
         for (int id : Tokenizer(l.tokenizer).encode(dump_text)) ids.push_back(id);
@@ -145,18 +146,7 @@ void register_model_commands(CLI::App& app) {
       std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), dump_path);
       return;
     }
-    const int64_t len = seq_len > 0 ? seq_len : l.cfg.train.seq_len;
-    std::vector<DomainLoss> losses;
-    if (hf::is_hf_dir(ckpt)) {  // its own tokenizer: the same documents, re-tokenized
-      spdlog::info("evaluating on the corpus's {} documents encoded with the model's tokenizer {}", split, l.tokenizer);
-      losses =
-          evaluate_streams(l.model, retokenized_split(l.cfg.data, Tokenizer(l.tokenizer), split), len, windows, 16);
-    } else {
-      PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-      if (corpus.vocab_size() != l.cfg.model.vocab_size)
-        throw std::runtime_error("corpus tokenizer differs from the checkpoint's");
-      losses = evaluate_domains(l.model, corpus, split, len, windows, 16);
-    }
+    const auto losses = open_evaluable(ckpt, windows, data_dir, seq_len).evaluate(split, {});
     std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
     for (auto& d : losses)
       std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);

@@ -170,6 +170,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t ckpt_every = 250;
   int64_t keep_checkpoints = 2;
+  int64_t skip_nonfinite = 0;  // steps with a non-finite loss or gradient skipped before the run stops
 };
 
 struct EvalConfig {

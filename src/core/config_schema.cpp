@@ -133,6 +133,10 @@ std::vector<KeySpec> build_schema() {
           1e12),
       key("train.keep_checkpoints", &C::train, &TrainConfig::keep_checkpoints,
           "how many recent checkpoints to keep (0 = all)", 0, 1e6),
+      key("train.skip_nonfinite", &C::train, &TrainConfig::skip_nonfinite,
+          "steps with a non-finite loss or gradient norm to skip (no update) before the run stops; 0 = stop at the "
+          "first",
+          0, 1e6),
 
       key("eval.every", &C::eval, &EvalConfig::every, "steps between validation passes (0 = only at the end)", 0, 1e12),
       key("eval.windows", &C::eval, &EvalConfig::windows, "fixed validation windows per domain", 1, 1e7),

@@ -70,11 +70,24 @@ std::vector<int> document_splits(const std::string& domain, size_t documents) {
   return out;
 }
 
+std::unique_ptr<PreparedCorpus> corpus_for_model(const std::string& dir, int64_t vocab) {
+  try {
+    auto corpus = std::make_unique<PreparedCorpus>(dir);
+    if (corpus->vocab_size() == vocab) return corpus;
+    spdlog::info("the corpus at '{}' has {} tokens in its vocabulary, the model {}", dir, corpus->vocab_size(), vocab);
+  } catch (const std::exception& e) {
+    spdlog::info("no prepared corpus to use at '{}' ({})", dir, e.what());
+  }
+  return nullptr;
+}
+
 std::vector<std::pair<std::string, std::vector<int>>> retokenized_split(const DataConfig& cfg, const Tokenizer& tok,
-                                                                        const std::string& split) {
+                                                                        const std::string& split,
+                                                                        const std::string& only) {
   const auto wanted = std::find(split_names().begin(), split_names().end(), split) - split_names().begin();
   std::vector<std::pair<std::string, std::vector<int>>> out;
   for (const auto& d : builtin_domains()) {
+    if (!only.empty() && d.name != only) continue;
     const auto docs = extract_domain(d, cfg.source_root, cfg.max_source_bytes);
     const auto splits = document_splits(d.name, docs.size());
     std::vector<int> ids;

@@ -1,6 +1,7 @@
 // `moeforge data prepare`: extract domains, train the tokenizer, write token shards and
 // manifest.json. Idempotent: skipped when the manifest's input fingerprint matches.
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -22,8 +23,14 @@ std::vector<int> document_splits(const std::string& domain, size_t documents);
 // The documents of `split` of every corpus domain, encoded with `tok` (documents end with
 // its eos token when it has one): how a model with its own tokenizer (a Hugging Face one)
 // is evaluated on the same documents as the prepared corpus's split.
+// `only` names one domain to encode ("" = all).
 std::vector<std::pair<std::string, std::vector<int>>> retokenized_split(const DataConfig& cfg, const Tokenizer& tok,
-                                                                        const std::string& split);
+                                                                        const std::string& split,
+                                                                        const std::string& only = "");
+// The prepared corpus at `dir` when it can be read and its vocabulary has `vocab` entries
+// (the model was trained on it), else nullptr: the caller re-encodes with the model's tokenizer.
+class PreparedCorpus;
+std::unique_ptr<PreparedCorpus> corpus_for_model(const std::string& dir, int64_t vocab);
 
 // H = -sum_v p(v) log p(v) in nats over the given token counts
 double unigram_entropy(const std::vector<int64_t>& counts);

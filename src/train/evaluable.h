@@ -22,6 +22,9 @@ struct Evaluable {
 // A checkpoint (directory, model.safetensors, or run directory). LM: `windows` windows of
 // train.seq_len tokens per domain from `data_dir` (default: the config's data.dir);
 // classifier: the first `windows` x 16 images of the split (all when windows <= 0).
-Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const std::string& data_dir = "");
+// A model whose vocabulary is not the corpus's (a Hugging Face one) is evaluated on the same
+// documents encoded with its own tokenizer. `seq_len` 0 = train.seq_len.
+Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const std::string& data_dir = "",
+                         int64_t seq_len = 0);
 
 }  // namespace mf

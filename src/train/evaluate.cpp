@@ -39,14 +39,15 @@ std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCor
 
 std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
                                          const std::vector<std::pair<std::string, std::vector<int>>>& streams,
-                                         int64_t seq_len, int64_t windows, int64_t batch_size) {
+                                         int64_t seq_len, int64_t windows, int64_t batch_size,
+                                         const std::function<void()>& after_batch) {
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   std::vector<DomainLoss> out;
   for (const auto& [name, tokens] : streams)
-    out.push_back(
-        {name, windows_loss(model, fixed_windows(tokens, seq_len, windows), batch_size, {}), windows * seq_len});
+    out.push_back({name, windows_loss(model, fixed_windows(tokens, seq_len, windows), batch_size, after_batch),
+                   windows * seq_len});
   model->train(was_training);
   return out;
 }

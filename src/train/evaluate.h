@@ -22,7 +22,8 @@ std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCor
 // The same on token streams of the caller's (e.g. documents re-tokenized for a Hugging Face model).
 std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
                                          const std::vector<std::pair<std::string, std::vector<int>>>& streams,
-                                         int64_t seq_len, int64_t windows, int64_t batch_size);
+                                         int64_t seq_len, int64_t windows, int64_t batch_size,
+                                         const std::function<void()>& after_batch = {});
 double mean_loss(const std::vector<DomainLoss>& losses);
 
 struct ClassifierEvaluation {

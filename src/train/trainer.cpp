@@ -6,12 +6,14 @@
 #include <spdlog/spdlog.h>
 #include <torch/nn/utils/clip_grad.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
+#include "train/finite.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/task.h"
@@ -53,7 +55,23 @@ struct Trainer {
   Trainer(const Config& c, const TrainOptions& o)
       : cfg(c), opt(o), run_dir(fs::path(c.run.out_dir) / c.run.name), task(make_task(c)) {}
 
-  void save(const Evaluation& last_val) {
+  // Stops the run: the metrics line says where, and nothing non-finite reaches a checkpoint.
+  [[noreturn]] void diverged(MetricsLog& metrics, const std::string& what, const std::string& tensor,
+                             bool skippable = false) {
+    metrics.write({{"step", step}, {"diverged", what}, {"tensor", tensor}});
+    const auto latest = latest_checkpoint(run_dir.string());
+    throw DivergenceError(fmt::format(
+        "step {}: {}; first non-finite tensor: '{}'. No checkpoint holds it; the latest good one is {}. "
+        "Lower train.lr, raise train.adam_eps or model.norm_eps{}",
+        step, what, tensor, latest.empty() ? "none (no checkpoint yet)" : latest,
+        skippable ? ", or let train.skip_nonfinite skip such steps" : ""));
+  }
+
+  void save(const Evaluation& last_val, MetricsLog& metrics) {
+    auto& module = task->module();
+    const auto state = optimizer_state_tensors(*optimizer, module);
+    if (auto bad = first_nonfinite(model_tensors(module)); !bad.empty()) diverged(metrics, "non-finite weights", bad);
+    if (auto bad = first_nonfinite(state); !bad.empty()) diverged(metrics, "non-finite optimizer state", bad);
     auto name = fmt::format("step_{:08d}", step);
     Config resolved = cfg;
     Metadata meta = task->checkpoint_metadata();
@@ -61,14 +79,12 @@ struct Trainer {
                  {"moeforge.version", MOEFORGE_VERSION},
                  {"moeforge.config", to_toml(resolved)},
                  {"moeforge.step", std::to_string(step)}});
-    nlohmann::json state = {{"step", step},
-                            {"data_position", {{"seed", cfg.train.seed}, {"next_step", step}}},
-                            {"rng_cpu", rng_state_hex()},
-                            {"val_loss", losses_json(last_val.losses)}};
-    auto& model = task->module();
-    write_checkpoint(
-        (run_dir / "checkpoints" / name).string(),
-        {model_tensors(model), optimizer_state_tensors(*optimizer, model), meta, state, task->tokenizer_path()});
+    nlohmann::json trainer_state = {{"step", step},
+                                    {"data_position", {{"seed", cfg.train.seed}, {"next_step", step}}},
+                                    {"rng_cpu", rng_state_hex()},
+                                    {"val_loss", losses_json(last_val.losses)}};
+    write_checkpoint((run_dir / "checkpoints" / name).string(),
+                     {model_tensors(module), state, meta, trainer_state, task->tokenizer_path()});
     prune_checkpoints((run_dir / "checkpoints").string(), cfg.train.keep_checkpoints);
   }
 
@@ -121,6 +137,7 @@ struct Trainer {
     Progress bar("train", cfg.train.steps);
     Evaluation val;
     double loss_ema = 0, last_loss = 0, window_time = 0;
+    int64_t skipped = 0;  // steps without an update (non-finite loss or gradient)
     int64_t window_items = 0;
     auto t0 = std::chrono::steady_clock::now();
     model.train();
@@ -139,10 +156,25 @@ struct Trainer {
       }
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
       const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
-      optimizer->step();
-      for (auto& m : moe) m->after_optimizer_step();
       ++step;
       last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
+      if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
+        const auto params = model_tensors(model);
+        auto bad = first_nonfinite(gradients(params));
+        const auto what = fmt::format("non-finite {} (loss {:.4g}, gradient norm {:.4g})",
+                                      std::isfinite(last_loss) ? "gradient" : "loss", last_loss, grad_norm);
+        if (++skipped > cfg.train.skip_nonfinite) diverged(metrics, what, bad.empty() ? "the loss" : bad, true);
+        spdlog::warn("step {}: {}; skipped without an update ({} of train.skip_nonfinite = {})", step, what, skipped,
+                     cfg.train.skip_nonfinite);
+      } else {
+        optimizer->step();
+        for (auto& m : moe) m->after_optimizer_step();
+        if (auto bad = first_nonfinite(model_tensors(model)); !bad.empty())
+          diverged(metrics,
+                   fmt::format("a weight went non-finite in the optimizer step (loss {:.4g}, gradient norm {:.4g})", last_loss,
+                               grad_norm),
+                   bad);
+      }
       loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
       window_time += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
       window_items += items_per_step;
@@ -152,6 +184,7 @@ struct Trainer {
                               {"loss", last_loss},
                               {"lr", lr},
                               {"grad_norm", grad_norm},
+                              {"skipped_steps", skipped},
                               {items + "_per_s", window_items / std::max(window_time, 1e-9)},
                               {"elapsed_s", elapsed},
                               {items, step * items_per_step}};
@@ -174,7 +207,7 @@ struct Trainer {
         spdlog::info("{}step {} val loss: {}{}", stderr_is_tty() ? "\n" : "", step, rec["val_loss"].dump(),
                      val.metrics.empty() ? "" : " " + val.metrics.dump());
       }
-      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val);
+      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val, metrics);
     }
     bar.finish(fmt::format("loss {:.3f}", loss_ema));
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

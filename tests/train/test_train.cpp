@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/util.h"
 #include "data/prepare.h"
@@ -10,6 +11,7 @@
 #include "io/model_io.h"
 #include "model/transformer.h"
 #include "test_support.h"
+#include "train/finite.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/repro_runs.h"
@@ -198,6 +200,53 @@ TEST_F(TrainRun, RefusesToClobberAndWritesRunFiles) {
   auto s = r.summary;
   EXPECT_GT(s["tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(s["val_loss"].size(), 4u);
+}
+
+// A run whose weights or loss go non-finite stops at that step, names the tensor, and never
+// writes a checkpoint from it: the last good checkpoint stays the latest.
+TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
+  const auto message_of = [](const Config& c, const TrainOptions& o) -> std::string {
+    try {
+      train(c, o);
+    } catch (const DivergenceError& e) {
+      return e.what();
+    }
+    return "no divergence";
+  };
+  Config eps = base;  // adam_eps = 0: 0/0 in the update of every weight whose gradient is 0
+  eps.run.name = "eps";
+  eps.train.adam_eps = 0;
+  auto m = message_of(eps, {});
+  EXPECT_NE(m.find("step 1: a weight went non-finite in the optimizer step"), std::string::npos) << m;
+  EXPECT_NE(m.find("first non-finite tensor: 'model."), std::string::npos) << m;
+  EXPECT_TRUE(latest_checkpoint(eps.run.out_dir + "/eps").empty());
+  std::ifstream metrics(eps.run.out_dir + "/eps/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  EXPECT_NE(last.find("\"diverged\""), std::string::npos) << last;
+
+  Config zero = base;  // zero weights and norm_eps = 0: RMSNorm computes 0/0, so the loss is NaN from step 1
+  zero.run.name = "zero";
+  zero.model.init_std = 0;
+  zero.model.norm_eps = 0;
+  zero.train.skip_nonfinite = 3;
+  m = message_of(zero, {});
+  EXPECT_NE(m.find("step 4: non-finite loss"), std::string::npos) << m;  // steps 1-3 skipped
+
+  Config good = base;
+  good.run.name = "good";
+  good.train.ckpt_every = 2;
+  TrainOptions first;
+  first.stop_after = 4;
+  train(good, first);
+  const auto last_good = latest_checkpoint(good.run.out_dir + "/good");
+  Config wild = good;
+  wild.train.lr = 1e38;  // the next update overflows
+  TrainOptions resume;
+  resume.resume = good.run.out_dir + "/good";
+  m = message_of(wild, resume);
+  EXPECT_NE(m.find("the latest good one is " + last_good), std::string::npos) << m;
+  EXPECT_EQ(latest_checkpoint(good.run.out_dir + "/good"), last_good);
 }
 
 // Differences paired by seed: d = (2, 1, 3) -> mean 2, sd 1, se 1/sqrt(3) = 0.577; held beyond 2 se.
