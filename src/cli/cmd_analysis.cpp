@@ -81,7 +81,7 @@ void register_analysis_commands(CLI::App& app) {
     po.layers.clear();
     std::stringstream ss(layers);
     for (std::string item; std::getline(ss, item, ',');)
-      if (!item.empty()) po.layers.push_back(std::stoll(item));
+      if (!item.empty()) po.layers.push_back(parse_int(item, "--layers"));
     auto rep = routing_probe(model, po);
     std::cout << rep.markdown();
     if (!out_json.empty()) write_file_atomic(out_json, rep.to_json().dump(2) + "\n");

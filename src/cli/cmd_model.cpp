@@ -38,7 +38,7 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ','))
-    if (!item.empty()) ids.push_back(std::stoll(item));
+    if (!item.empty()) ids.push_back(parse_int(item, "--tokens"));
   return ids;
 }
 
@@ -221,7 +221,7 @@ void register_model_commands(CLI::App& app) {
     const auto& m = cfg.model;
     nlohmann::json j = {{"checkpoint", dir},
                         {"architecture", meta["moeforge.architecture"]},
-                        {"step", std::stoll(meta["moeforge.step"])},
+                        {"step", parse_int(meta["moeforge.step"], "moeforge.step")},
                         {"vocab_size", m.vocab_size},
                         {"d_model", m.d_model},
                         {"n_layers", m.n_layers},

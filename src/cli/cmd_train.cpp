@@ -2,11 +2,13 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
+#include "io/checkpoint.h"
 #include "serve/generate.h"
 #include "train/trainer.h"
 
@@ -52,7 +54,11 @@ void register_train_commands(CLI::App& app) {
   tr->add_option("--stop-after", opt.stop_after, "stop after N steps of this invocation (checkpoint written)");
   tr->callback([] {
     Config cfg;
-    if (cfg_path.empty() && (!opt.resume.empty() || !opt.init_from.empty())) {
+    const auto run_config = std::filesystem::path(opt.resume) / "config.toml";
+    if (cfg_path.empty() && !opt.resume.empty() && std::filesystem::is_regular_file(run_config) &&
+        latest_checkpoint(opt.resume).empty()) {  // killed before its first checkpoint: its config, from step 0
+      cfg = resolve_config(run_config.string(), sets);
+    } else if (cfg_path.empty() && (!opt.resume.empty() || !opt.init_from.empty())) {
       cfg = checkpoint_config(opt.resume.empty() ? opt.init_from : opt.resume);
       for (const auto& s : sets) apply_override(cfg, s);
       validate(cfg);

@@ -1,4 +1,5 @@
 // moeforge: the command-line front end of libmoeforge.
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
   } catch (const mf::FormatError& e) {
     spdlog::error("{}", e.what());
     return 3;
+  } catch (const c10::Error& e) {  // one line; LibTorch's backtrace only with --verbose
+    spdlog::error("{}", e.what_without_backtrace());
+    spdlog::debug("{}", e.what());
+    return 1;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

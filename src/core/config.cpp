@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include "core/util.h"
+
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
@@ -196,6 +198,18 @@ void apply_override(Config& cfg, const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) throw ConfigError(fmt::format("--set '{}': expected KEY=VALUE", assignment));
   std::string path = assignment.substr(0, eq), raw = assignment.substr(eq + 1);
+  // one key per --set: a newline would let the TOML parser read further assignments
+  if (assignment.find_first_of("\n\r") != std::string::npos)
+    throw ConfigError(fmt::format("--set '{}': the value contains a line break", path));
+  for (unsigned char c : assignment)
+    if (c >= 0x80) {
+      try {
+        require_utf8(assignment, "--set " + path);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(e.what());
+      }
+      break;
+    }
   const KeySpec* spec = find_key(path);
   if (!spec) throw ConfigError(fmt::format("--set: unknown key '{}' (did you mean '{}'?)", path, closest_key(path)));
   std::optional<Value> v;
@@ -216,7 +230,7 @@ bool in_moe_layers(const ModelConfig& m, int64_t layer) {
   if (p == "all") return true;
   if (p == "every_other") return layer % 2 == 1;
   try {
-    if (p.rfind("first_dense:", 0) == 0) return layer >= std::stoll(p.substr(12));
+    if (p.rfind("first_dense:", 0) == 0) return layer >= parse_int(p.substr(12), "first_dense");
     std::stringstream ss(p);
     std::string item;
     bool any = false, hit = false;
@@ -257,6 +271,18 @@ void validate(const Config& c) {
           "model.head_dim, qkv_bias, o_bias, qk_norm and tie_embeddings are decoder-LM options; the ViT "
           "(model.task = \"classify\") has its own attention");
   }
+  if (m.ffn == "moe") {
+    bool any = false;
+    for (int64_t i = 0; i < m.n_layers && !any; ++i) any = is_moe_layer(m, i);
+    if (!any)
+      throw ConfigError(fmt::format("model.moe.layers = \"{}\" selects none of the {} blocks, but model.ffn = \"moe\"",
+                                    m.moe.layers, m.n_layers));
+  }
+  if (c.sample.top_p <= 0)
+    throw ConfigError("sample.top_p must be above 0 (it is the probability mass sampled from; 1 = all)");
+  if (c.sample.temperature != 0 && c.sample.temperature < 1e-3)
+    throw ConfigError(fmt::format("sample.temperature = {} is too small to sample with; use 0 for greedy decoding",
+                                  c.sample.temperature));
   if (m.moe.shared_gate && m.moe.n_shared == 0 && m.moe.shared_hidden == 0)
     throw ConfigError("model.moe.shared_gate gates a shared expert: set model.moe.shared_hidden or model.moe.n_shared");
   if (m.head_dim == 0 && m.d_model % m.n_heads != 0)

@@ -139,7 +139,7 @@ std::vector<KeySpec> build_schema() {
           0, 1e6),
 
       key("eval.every", &C::eval, &EvalConfig::every, "steps between validation passes (0 = only at the end)", 0, 1e12),
-      key("eval.windows", &C::eval, &EvalConfig::windows, "fixed validation windows per domain", 1, 1e7),
+      key("eval.windows", &C::eval, &EvalConfig::windows, "fixed validation windows per domain", 1, 1e5),
       key("eval.batch_size", &C::eval, &EvalConfig::batch_size, "windows per evaluation batch", 1, 1e6),
 
       key("sample.prompt", &C::sample, &SampleConfig::prompt, "prompt of the text sample printed after training"),

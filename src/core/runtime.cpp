@@ -17,8 +17,8 @@ void tune_allocator() {
 }
 
 void streaming_allocator() {
-  mallopt(M_MMAP_MAX, 65536);                 // glibc's defaults: large blocks are mapped
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);        // and unmapped when freed
+  mallopt(M_MMAP_MAX, 65536);          // glibc's defaults: large blocks are mapped
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);  // and unmapped when freed
   mallopt(M_TRIM_THRESHOLD, 128 * 1024);
   g_allocator_tuned = false;
 }

@@ -6,7 +6,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,6 +69,88 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+size_t utf8_sequence_length(std::string_view s, size_t i, size_t& bad) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  bad = 1;
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else
+    return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return 0;
+    const unsigned char x = b(i + k);
+    if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) return 0;
+    bad = k + 1;
+  }
+  return n;
+}
+
+size_t invalid_utf8_at(std::string_view s) {
+  size_t bad;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence_length(s, i, bad);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+void require_utf8(std::string_view s, const std::string& what) {
+  const size_t at = invalid_utf8_at(s);
+  if (at != std::string_view::npos)
+    throw std::invalid_argument(
+        fmt::format("{} is not valid UTF-8: byte 0x{:02X} at offset {}", what, static_cast<unsigned char>(s[at]), at));
+}
+
+void failpoint(const char* name) {
+  static const char* spec = std::getenv("MOEFORGE_FAILPOINT");
+  if (!spec) return;
+  static int hits = 0;
+  const std::string s(spec);
+  const auto at = s.find('@');
+  if (s.substr(0, at) != name) return;
+  const int wanted = at == std::string::npos ? 1 : static_cast<int>(parse_int(s.substr(at + 1), "MOEFORGE_FAILPOINT"));
+  if (++hits == wanted) std::raise(SIGKILL);
+}
+
+int64_t parse_int(const std::string& text, const std::string& what) {
+  int64_t v = 0;
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw std::invalid_argument(fmt::format("{}: '{}' is not an integer", what, text));
+  return v;
+}
+
+size_t json_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {

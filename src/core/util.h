@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace mf {
 
@@ -34,6 +35,28 @@ struct SplitMix64 {
   uint64_t below(uint64_t n) { return n ? next() % n : 0; }
 };
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);
+
+// UTF-8: the length of the valid sequence starting at s[i], or 0 with `bad` = the bytes of
+// the maximal invalid subpart (Unicode's recommended practice, which Rust also follows).
+size_t utf8_sequence_length(std::string_view s, size_t i, size_t& bad);
+// Byte offset of the first byte that does not start a valid UTF-8 sequence, or npos.
+size_t invalid_utf8_at(std::string_view s);
+// Throws std::invalid_argument naming `what` and the offset when `s` is not valid UTF-8.
+void require_utf8(std::string_view s, const std::string& what);
+
+// Whole-string integer: "12" -> 12; "12x", "", " 12" or out of range throw
+// std::invalid_argument naming `what`.
+int64_t parse_int(const std::string& text, const std::string& what);
+
+// How deep JSON `text` nests ([ and { outside strings): checked before parsing untrusted
+// JSON, since a million nested arrays would overflow the stack of anything recursive.
+size_t json_depth(std::string_view text);
+constexpr size_t kMaxJsonDepth = 64;
+
+// Test hook for the kill harness (tests/reliability/kill_resume.sh): when MOEFORGE_FAILPOINT
+// is "NAME" or "NAME@K", the process kills itself with SIGKILL at the K-th (default first)
+// time it reaches the point called NAME. Costs one comparison when unset.
+void failpoint(const char* name);
 
 void setup_logging(bool verbose);
 bool stderr_is_tty();

@@ -26,6 +26,17 @@ void require(const std::string& where, const json& j, const char* key, const jso
         fmt::format("{}: {} = {} is not supported (only {})", where, key, j[key].dump(), expected.dump()));
 }
 
+json read_json(const std::string& path) {
+  const auto text = read_file(path);
+  if (json_depth(text) > kMaxJsonDepth)
+    throw std::invalid_argument(fmt::format("{}: JSON nests deeper than {} levels", path, kMaxJsonDepth));
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+}
+
 std::string quote_regex(const std::string& literal) {
   std::string out;
   for (char c : literal) {
@@ -46,12 +57,7 @@ void HfTokenizer::AddedSet::index() {
 }
 
 HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
+  const json j = read_json(path);
   try {
     const auto& model = j.at("model");
     if (type_of(model) != "BPE")
@@ -158,12 +164,7 @@ void HfTokenizer::read_added(const nlohmann::json& j) {
 
 void HfTokenizer::read_config(const std::string& config_path) {
   if (!std::filesystem::is_regular_file(config_path)) return;
-  json c;
-  try {
-    c = json::parse(read_file(config_path));
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", config_path, e.what()));
-  }
+  const json c = read_json(config_path);
   const auto id_of = [&](const char* key) {
     if (!c.contains(key) || c[key].is_null()) return -1;
     const auto content = c[key].is_string() ? c[key].get<std::string>() : c[key].at("content").get<std::string>();

@@ -7,34 +7,10 @@
 #include <memory>
 #include <stdexcept>
 
+#include "core/util.h"
+
 namespace mf {
 namespace {
-
-// Length of the valid sequence starting at s[i], or 0 with `bad` = how many bytes form
-// the maximal invalid subpart (Unicode's "best practice", which Rust also follows).
-size_t valid_length(std::string_view s, size_t i, size_t& bad) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  bad = 1;
-  if (c < 0x80) return 1;
-  size_t n;
-  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF)
-    n = 2;
-  else if (c >= 0xE0 && c <= 0xEF)
-    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4)
-    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else
-    return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if (i + k >= s.size()) return 0;
-    const unsigned char x = b(i + k);
-    if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) return 0;
-    bad = k + 1;
-  }
-  return n;
-}
 
 std::string normalise(std::string_view s, utf8proc_option_t options) {
   utf8proc_uint8_t* out = nullptr;
@@ -47,29 +23,12 @@ std::string normalise(std::string_view s, utf8proc_option_t options) {
 
 }  // namespace
 
-size_t invalid_utf8_at(std::string_view s) {
-  size_t bad;
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = valid_length(s, i, bad);
-    if (n == 0) return i;
-    i += n;
-  }
-  return std::string_view::npos;
-}
-
-void require_utf8(std::string_view s, const std::string& what) {
-  const size_t at = invalid_utf8_at(s);
-  if (at != std::string_view::npos)
-    throw std::invalid_argument(
-        fmt::format("{} is not valid UTF-8: byte 0x{:02X} at offset {}", what, static_cast<unsigned char>(s[at]), at));
-}
-
 std::string utf8_lossy(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   size_t bad;
   for (size_t i = 0; i < s.size();) {
-    const size_t n = valid_length(s, i, bad);
+    const size_t n = utf8_sequence_length(s, i, bad);
     if (n > 0)
       out.append(s.substr(i, n)), i += n;
     else

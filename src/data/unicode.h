@@ -4,12 +4,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/util.h"
+
 namespace mf {
 
-// Byte offset of the first byte that does not start a valid UTF-8 sequence, or npos.
-size_t invalid_utf8_at(std::string_view s);
-// Throws std::invalid_argument naming `what` and the offset when `s` is not valid UTF-8.
-void require_utf8(std::string_view s, const std::string& what);
+// (UTF-8 validation: invalid_utf8_at / require_utf8 in core/util.h)
 // Invalid sequences become U+FFFD, one per maximal invalid subpart (Rust's from_utf8_lossy).
 std::string utf8_lossy(std::string_view bytes);
 

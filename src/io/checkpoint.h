@@ -36,6 +36,9 @@ Checkpoint read_checkpoint(const std::string& path);
 std::string checkpoint_dir(const std::string& path);  // the directory read_checkpoint would read, nothing loaded
 std::string config_toml_of(const Metadata& model_metadata, const std::string& dir);  // moeforge.config
 std::string latest_checkpoint(const std::string& run_dir);                           // "" if none
+// Keeps the `keep` newest; each older one leaves the step_* namespace by a rename before it is deleted.
 void prune_checkpoints(const std::string& ckpt_root, int64_t keep);
+// Removes what a killed run left under `ckpt_root` (.tmp-*, .del-*, incomplete step_*); returns how many.
+int clean_checkpoint_leftovers(const std::string& ckpt_root);
 
 }  // namespace mf

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 
@@ -24,12 +25,14 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
     if (t.sizes() != p.value().sizes())
       throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", p.key(),
                                     c10::str(t.sizes()), c10::str(p.value().sizes())));
+    require_dtype("checkpoint", p.key(), t.scalar_type(), p.value().scalar_type());
     p.value().copy_(t);
   }
   auto buffers = model.named_buffers();
   for (auto& b : buffers) {
     const auto& t = st.at(b.key());
     if (t.sizes() != b.value().sizes()) throw FormatError(fmt::format("buffer '{}' has the wrong shape", b.key()));
+    require_dtype("checkpoint", b.key(), t.scalar_type(), b.value().scalar_type());
     b.value().copy_(t);
   }
   for (auto& [name, t] : st.tensors)
@@ -59,7 +62,16 @@ Config checkpoint_config(const std::string& ckpt_path) {
   apply_toml_text(cfg, config_toml_of(metadata, dir), dir + "/model.safetensors [moeforge.config]");
   auto it = metadata.find("moeforge.vocab_size");
   if (it == metadata.end()) throw FormatError(dir + "/model.safetensors lacks the moeforge.vocab_size metadata");
-  cfg.model.vocab_size = std::stoll(it->second);
+  try {
+    cfg.model.vocab_size = parse_int(it->second, "moeforge.vocab_size");
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(fmt::format("{}/model.safetensors: {}", dir, e.what()));
+  }
+  try {  // the same checks and messages as a user's config, naming the file it came from
+    validate(cfg);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}/model.safetensors [moeforge.config]: {}", dir, e.what()));
+  }
   return cfg;
 }
 
@@ -84,14 +96,18 @@ LoadedModel load_model(const std::string& path) {
     torch::NoGradGuard g;
     for (auto& [name, t] : model_tensors(*l.model)) t.copy_(hf.ours(name, t.sizes(), used));
     hf.check_all_read(used);
-    l.tokenizer = tokenizer_in(path);
+    l.tokenizer = model_tokenizer(path);
     return l;
   }
   const auto dir = checkpoint_dir(path);
   l.model = TransformerLM(l.cfg.model);
   load_module_tensors(*l.model, SafetensorsFile(dir + "/model.safetensors"), "");  // streamed: one copy in memory
-  l.tokenizer = Checkpoint{dir}.tokenizer_path();
+  l.tokenizer = model_tokenizer(dir);
   return l;
+}
+
+std::string model_tokenizer(const std::string& path) {
+  return hf::is_hf_dir(path) ? tokenizer_in(path) : Checkpoint{checkpoint_dir(path), {}}.tokenizer_path();
 }
 
 LoadedClassifier load_classifier(const std::string& path) {

@@ -24,6 +24,9 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file,
 // have moved since (the flat model.moe.pool_* / latent keys) are read through their aliases.
 Config checkpoint_config(const std::string& ckpt_path);
 
+// The tokenizer file of a checkpoint, run or Hugging Face directory (see tokenizer_in).
+std::string model_tokenizer(const std::string& path);
+
 struct LoadedModel {
   Config cfg;
   TransformerLM model{nullptr};

@@ -152,6 +152,8 @@ SafetensorsHeader parse_header(const char* json, uint64_t n, uint64_t data_size,
     return FormatError(fmt::format("{}: not a valid safetensors file: {}", src, why));
   };
   nlohmann::json header;
+  if (json_depth(std::string_view(json, n)) > kMaxJsonDepth)
+    throw fail(fmt::format("header nests deeper than {} levels", kMaxJsonDepth));
   try {
     header = nlohmann::json::parse(json, json + n);
   } catch (const nlohmann::json::exception& e) {
@@ -283,7 +285,8 @@ void SafetensorsFile::read_into(const std::string& name, at::Tensor& dst) const 
   if (dst.sizes() != at::IntArrayRef(e.shape))
     throw FormatError(fmt::format("{}: tensor '{}' has shape {} in the file but {} in the model", path_, name,
                                   c10::str(at::IntArrayRef(e.shape)), c10::str(dst.sizes())));
-  if (dst.scalar_type() == e.dtype && dst.is_contiguous() && dst.device().is_cpu())
+  require_dtype(path_, name, e.dtype, dst.scalar_type());
+  if (dst.is_contiguous() && dst.device().is_cpu())
     read_bytes(name, e, static_cast<char*>(dst.data_ptr()));  // straight into place: no second copy
   else
     dst.copy_(read(name));
@@ -294,6 +297,23 @@ void SafetensorsFile::read_bytes(const std::string& name, const SafetensorsHeade
   f.seekg(static_cast<std::streamoff>(header_.data_start + e.begin));
   if (!f.read(out, static_cast<std::streamsize>(e.end - e.begin)))
     throw FormatError(fmt::format("{}: could not read tensor '{}' (file changed or truncated?)", path_, name));
+}
+
+void require_dtype(const std::string& where, const std::string& name, at::ScalarType stored, at::ScalarType expected) {
+  if (stored != expected)
+    throw FormatError(fmt::format("{}: tensor '{}' is stored as {} but must be {}", where, name, c10::toString(stored),
+                                  c10::toString(expected)));
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  const auto text = read_file(path);
+  if (json_depth(text) > kMaxJsonDepth)
+    throw FormatError(fmt::format("{}: JSON nests deeper than {} levels", path, kMaxJsonDepth));
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not valid JSON ({})", path, e.what()));
+  }
 }
 
 Metadata read_safetensors_metadata(const std::string& path) { return SafetensorsFile(path).metadata(); }

@@ -3,6 +3,7 @@
 // raw little-endian data. Written by hand: no C++ safetensors library ships in Debian.
 #pragma once
 #include <ATen/ATen.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <fstream>
 #include <map>
@@ -12,6 +13,10 @@
 #include <vector>
 
 namespace mf {
+
+// A JSON file (config.json, an index, trainer_state.json): FormatError naming the file when it
+// is not valid JSON or nests deeper than kMaxJsonDepth.
+nlohmann::json read_json_file(const std::string& path);
 
 class FormatError : public std::runtime_error {
  public:
@@ -26,6 +31,10 @@ struct SafetensorsData {
   Metadata metadata;
   const at::Tensor& at(const std::string& name) const;  // throws FormatError if missing
 };
+
+// A stored tensor must have the dtype its destination holds: relabelled bytes of another dtype
+// of the same size would otherwise load as silently converted values. `where` names the file.
+void require_dtype(const std::string& where, const std::string& name, at::ScalarType stored, at::ScalarType expected);
 
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
 

@@ -84,7 +84,12 @@ void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, co
     auto m = st.at(name + ".exp_avg"), v = st.at(name + ".exp_avg_sq");
     if (m.sizes() != p.value().sizes() || v.sizes() != p.value().sizes())
       throw FormatError(fmt::format("optimizer state of '{}' has the wrong shape", name));
-    s->step(st.at(name + ".step").item<int64_t>());
+    require_dtype("optimizer state", name + ".exp_avg", m.scalar_type(), p.value().scalar_type());
+    require_dtype("optimizer state", name + ".exp_avg_sq", v.scalar_type(), p.value().scalar_type());
+    const auto& step = st.at(name + ".step");
+    if (step.numel() != 1 || !at::isIntegralType(step.scalar_type(), false))
+      throw FormatError(fmt::format("optimizer state: '{}.step' must be one integer", name));
+    s->step(step.item<int64_t>());
     s->exp_avg(m.to(p.value().dtype()).clone());
     s->exp_avg_sq(v.to(p.value().dtype()).clone());
     state[key_of(p.value())] = std::move(s);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "core/util.h"
 #include "io/checkpoint.h"
@@ -32,6 +33,8 @@ std::string rng_state_hex() {
 }
 
 void set_rng_state_hex(const std::string& hex) {
+  if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw FormatError("trainer_state.json: rng_cpu is not a lowercase hex string");
   auto st = torch::empty({static_cast<int64_t>(hex.size() / 2)}, torch::kUInt8);
   for (size_t i = 0; i + 1 < hex.size(); i += 2) st[i / 2] = std::stoi(hex.substr(i, 2), nullptr, 16);
   auto gen = at::detail::getDefaultCPUGenerator();
@@ -60,11 +63,11 @@ struct Trainer {
                              bool skippable = false) {
     metrics.write({{"step", step}, {"diverged", what}, {"tensor", tensor}});
     const auto latest = latest_checkpoint(run_dir.string());
-    throw DivergenceError(fmt::format(
-        "step {}: {}; first non-finite tensor: '{}'. No checkpoint holds it; the latest good one is {}. "
-        "Lower train.lr, raise train.adam_eps or model.norm_eps{}",
-        step, what, tensor, latest.empty() ? "none (no checkpoint yet)" : latest,
-        skippable ? ", or let train.skip_nonfinite skip such steps" : ""));
+    throw DivergenceError(
+        fmt::format("step {}: {}; first non-finite tensor: '{}'. No checkpoint holds it; the latest good one is {}. "
+                    "Lower train.lr, raise train.adam_eps or model.norm_eps{}",
+                    step, what, tensor, latest.empty() ? "none (no checkpoint yet)" : latest,
+                    skippable ? ", or let train.skip_nonfinite skip such steps" : ""));
   }
 
   void save(const Evaluation& last_val, MetricsLog& metrics) {
@@ -89,13 +92,27 @@ struct Trainer {
   }
 
   TrainResult run() {
-    if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
+    if (cfg.train.threads > 0) {
+      const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+      if (cfg.train.threads > cores)
+        spdlog::warn("train.threads = {} exceeds this machine's {} cores; using {}", cfg.train.threads, cores, cores);
+      at::set_num_threads(static_cast<int>(std::min(cfg.train.threads, cores)));
+    }
     auto& model = task->module();
     task->init_weights(static_cast<uint64_t>(cfg.train.seed));
     optimizer = make_optimizer(model, cfg.train);
 
     int64_t keep_metrics = -1;
-    if (!opt.resume.empty()) {
+    const auto ckpt_root = (run_dir / "checkpoints").string();
+    if (const int n = clean_checkpoint_leftovers(ckpt_root); n > 0)
+      spdlog::warn("removed {} unfinished checkpoint write(s) or removal(s) left in {} by an interrupted run", n,
+                   ckpt_root);
+    // A run killed before its first checkpoint has nothing to resume or protect: it starts again.
+    const bool nothing_saved = fs::exists(run_dir / "checkpoints") && latest_checkpoint(run_dir.string()).empty();
+    if (nothing_saved && (opt.resume.empty() || (fs::exists(opt.resume) && fs::equivalent(opt.resume, run_dir)))) {
+      spdlog::warn("run directory '{}' has no checkpoint (the run stopped before its first one); starting from step 0",
+                   run_dir.string());
+    } else if (!opt.resume.empty()) {
       auto ck = read_checkpoint(opt.resume);
       load_model_tensors(model, ck.model);
       load_optimizer_state(*optimizer, model, ck.optimizer());
@@ -171,8 +188,8 @@ struct Trainer {
         for (auto& m : moe) m->after_optimizer_step();
         if (auto bad = first_nonfinite(model_tensors(model)); !bad.empty())
           diverged(metrics,
-                   fmt::format("a weight went non-finite in the optimizer step (loss {:.4g}, gradient norm {:.4g})", last_loss,
-                               grad_norm),
+                   fmt::format("a weight went non-finite in the optimizer step (loss {:.4g}, gradient norm {:.4g})",
+                               last_loss, grad_norm),
                    bad);
       }
       loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;

@@ -95,6 +95,31 @@ TEST(Config, OverridesUseTheSameValidation) {
   EXPECT_THROW(apply_override(c, "novalue"), ConfigError);
 }
 
+// Values that validate by range but cannot work are refused up front, naming the key;
+// --set never half-applies a value.
+TEST(Config, UnworkableValuesAreRejected) {
+  EXPECT_NE(config_error("[sample]\ntop_p = 0").find("sample.top_p"), std::string::npos);
+  EXPECT_NE(config_error("[sample]\ntemperature = 1e-9").find("sample.temperature"), std::string::npos);
+  EXPECT_NE(config_error("[model]\nffn = \"moe\"\nn_layers = 2\n[model.moe]\nlayers = \"5\"").find("selects none"),
+            std::string::npos);
+  EXPECT_NE(config_error("[eval]\nwindows = 5000000").find("eval.windows"), std::string::npos);
+  Config c;
+  EXPECT_THROW(apply_override(c, "train.steps=5\ntrain.lr=9"), ConfigError);
+  EXPECT_THROW(apply_override(c, "run.name=a\xff"), ConfigError);
+  EXPECT_EQ(c.train.steps, Config{}.train.steps);
+  EXPECT_EQ(c.run.name, Config{}.run.name);
+}
+
+TEST(Util, WholeIntegersUtf8AndJsonDepth) {
+  EXPECT_EQ(parse_int("-12", "x"), -12);
+  for (const char* bad : {"12x", "", " 1", "1.5", "99999999999999999999"})
+    EXPECT_THROW(parse_int(bad, "x"), std::invalid_argument) << bad;
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": "[[[[\"{"}], "c": {}})"), 3u);
+  EXPECT_EQ(invalid_utf8_at("ok\xC3\xA9\xC3("), 4u);
+  EXPECT_EQ(invalid_utf8_at("\xED\xA0\x80"), 0u);  // a surrogate
+  EXPECT_EQ(invalid_utf8_at("\xF0\x9F\x91\x8D"), std::string_view::npos);
+}
+
 TEST(Config, TomlRoundTrip) {
   Config a;
   a.train.lr = 1.25e-4;

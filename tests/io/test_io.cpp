@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -152,6 +155,82 @@ TEST(Safetensors, StreamedTensorsEqualTheLoadedOnes) {
   write_file_atomic(path, bytes.substr(0, bytes.size() - 3));
   EXPECT_THROW(SafetensorsFile{path}, FormatError);
   std::filesystem::remove(path);
+}
+
+// A million nested arrays in a header is a clear error, not a stack overflow; bytes of one
+// dtype relabelled as another of the same size are refused, not converted.
+TEST(Safetensors, DeepNestingAndRelabelledDtypesAreClearErrors) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  const auto e = error_of(make_file(R"({"a":{"dtype":)" + deep + R"(,"shape":[],"data_offsets":[0,0]}})", ""));
+  EXPECT_NE(e.find("nests deeper than 64"), std::string::npos) << e.substr(0, 200);
+  const auto path = (fs::temp_directory_path() / fmt::format("mf_relabel_{}.safetensors", ::getpid())).string();
+  save_safetensors(path, {{"w", torch::ones({2})}});
+  auto bytes = read_file(path);
+  bytes.replace(bytes.find("F32"), 3, "I32");
+  write_file_atomic(path, bytes);
+  const SafetensorsFile file(path);
+  at::Tensor dst = torch::zeros({2});
+  try {
+    file.read_into("w", dst);
+    FAIL() << "relabelled tensor accepted";
+  } catch (const FormatError& err) {
+    EXPECT_NE(std::string(err.what()).find("tensor 'w' is stored as Int but must be Float"), std::string::npos)
+        << err.what();
+  }
+  torch::nn::Linear lin(2, 1);
+  EXPECT_THROW(
+      load_model_tensors(*lin, {{{"weight", torch::ones({1, 2}, torch::kInt)}, {"bias", torch::ones({1})}}, {}}),
+      FormatError);
+  fs::remove(path);
+}
+
+// Removal leaves the step_* namespace by a rename first; a partial step_* (from an older
+// version's kill), .tmp-* and .del-* are invisible to readers and cleaned on the next start.
+TEST(Checkpoint, RotationIsAtomicAndLeftoversAreIgnoredThenCleaned) {
+  const auto root = fs::temp_directory_path() / fmt::format("mf_rotation_{}", ::getpid());
+  fs::remove_all(root);
+  CheckpointContents c;
+  c.model = {{"w", torch::randn({4})}};
+  c.trainer_state = {{"step", 1}};
+  const auto dir = root / "checkpoints";
+  for (int s : {1, 2, 3}) write_checkpoint((dir / fmt::format("step_{:08d}", s)).string(), c);
+  fs::create_directories(dir / "step_00000004");  // partial: only the model
+  fs::copy_file(dir / "step_00000003" / "model.safetensors", dir / "step_00000004" / "model.safetensors");
+  fs::create_directories(dir / ".tmp-step_00000005");
+  fs::create_directories(dir / ".del-step_00000000");
+  EXPECT_EQ(latest_checkpoint(root.string()), (dir / "step_00000003").string());
+  prune_checkpoints(dir.string(), 2);
+  EXPECT_FALSE(fs::exists(dir / "step_00000001"));
+  EXPECT_TRUE(fs::exists(dir / "step_00000002"));
+  EXPECT_EQ(clean_checkpoint_leftovers(dir.string()), 3);
+  std::vector<std::string> left;
+  for (auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_00000002", "step_00000003"}));
+  write_checkpoint((dir / "step_00000003").string(), c);  // the same step again replaces it whole
+  EXPECT_EQ(latest_checkpoint(root.string()), (dir / "step_00000003").string());
+  fs::remove_all(root);
+}
+
+TEST(Checkpoint, StoredConfigIsValidatedNamingTheFile) {
+  const auto root = fs::temp_directory_path() / fmt::format("mf_stored_cfg_{}", ::getpid());
+  fs::remove_all(root);
+  CheckpointContents c;
+  c.model = {{"w", torch::randn({4})}};
+  c.trainer_state = {{"step", 1}};
+  c.model_metadata = {{"moeforge.config", "[model]\nd_model = 100\nn_heads = 8\n"}, {"moeforge.vocab_size", "400"}};
+  write_checkpoint((root / "bad_config").string(), c);
+  try {
+    checkpoint_config((root / "bad_config").string());
+    FAIL() << "inconsistent stored config accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors [moeforge.config]: model.d_model (100)"), std::string::npos)
+        << e.what();
+  }
+  c.model_metadata = {{"moeforge.config", "[train]\nsteps = 3\n"}, {"moeforge.vocab_size", "400abc"}};
+  write_checkpoint((root / "bad_vocab").string(), c);
+  EXPECT_THROW(checkpoint_config((root / "bad_vocab").string()), FormatError);
+  fs::remove_all(root);
 }
 
 TEST(Checkpoint, WritesAtomicallyAndReadsBack) {

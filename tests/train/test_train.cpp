@@ -11,6 +11,7 @@
 #include "io/model_io.h"
 #include "model/transformer.h"
 #include "test_support.h"
+#include "train/evaluable.h"
 #include "train/finite.h"
 #include "train/metrics.h"
 #include "train/optim.h"
@@ -202,6 +203,25 @@ TEST_F(TrainRun, RefusesToClobberAndWritesRunFiles) {
   EXPECT_EQ(s["val_loss"].size(), 4u);
 }
 
+// A run killed before its first checkpoint (a config.toml, an empty or leftover-only
+// checkpoints/) starts again from step 0, both as a plain `train` and with --resume.
+TEST_F(TrainRun, ARunKilledBeforeItsFirstCheckpointStartsAgain) {
+  for (const bool resume : {false, true}) {
+    Config c = base;
+    c.run.name = resume ? "early_resume" : "early";
+    c.train.steps = 2;
+    const auto run = fs::path(c.run.out_dir) / c.run.name;
+    fs::create_directories(run / "checkpoints" / ".tmp-step_00000001");
+    write_file_atomic((run / "config.toml").string(), to_toml(c));
+    TrainOptions o;
+    if (resume) o.resume = run.string();
+    const auto r = train(c, o);
+    EXPECT_EQ(r.summary["steps"].get<int64_t>(), 2);
+    EXPECT_FALSE(fs::exists(run / "checkpoints" / ".tmp-step_00000001"));
+    EXPECT_FALSE(latest_checkpoint(run.string()).empty());
+  }
+}
+
 // A run whose weights or loss go non-finite stops at that step, names the tensor, and never
 // writes a checkpoint from it: the last good checkpoint stays the latest.
 TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
@@ -247,6 +267,21 @@ TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
   m = message_of(wild, resume);
   EXPECT_NE(m.find("the latest good one is " + last_good), std::string::npos) << m;
   EXPECT_EQ(latest_checkpoint(good.run.out_dir + "/good"), last_good);
+
+  // evaluating weights with a NaN is refused, naming the tensor
+  const auto ck = read_checkpoint(last_good);
+  NamedTensors weights(ck.model.tensors.begin(), ck.model.tensors.end());
+  weights.front().second = weights.front().second.clone().fill_(std::numeric_limits<float>::quiet_NaN());
+  const auto optimizer = ck.optimizer();
+  const auto nan_dir = good.run.out_dir + "/nan_checkpoint";
+  write_checkpoint(nan_dir, {weights, NamedTensors(optimizer.tensors.begin(), optimizer.tensors.end()),
+                             ck.model.metadata, ck.trainer_state(), ""});
+  try {
+    open_evaluable(nan_dir, 2);
+    FAIL() << "a checkpoint with NaN weights was evaluated";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + weights.front().first + "' holds NaN"), std::string::npos) << e.what();
+  }
 }
 
 // Differences paired by seed: d = (2, 1, 3) -> mean 2, sd 1, se 1/sqrt(3) = 0.577; held beyond 2 se.

@@ -27,12 +27,7 @@ HfDir::HfDir(const std::string& dir) : dir_(dir) {
   const auto config_file = (fs::path(dir) / "config.json").string();
   if (!fs::is_regular_file(config_file))
     throw FormatError(dir + ": not a Hugging Face model directory (no config.json)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(config_file));
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: not valid JSON ({})", config_file, e.what()));
-  }
+  const auto j = read_json_file(config_file);
   if (!j.is_object()) throw FormatError(config_file + ": not a JSON object");
   const ConfigReader r(j, config_file);
   arch_ = &arch_named(r.text("model_type", ""), config_file);
@@ -48,12 +43,7 @@ HfDir::HfDir(const std::string& dir) : dir_(dir) {
   std::vector<std::string> files;
   std::map<std::string, std::string> listed;  // tensor -> shard file the index names
   if (fs::is_regular_file(index_file)) {
-    nlohmann::json idx;
-    try {
-      idx = nlohmann::json::parse(read_file(index_file.string()));
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(fmt::format("{}: not valid JSON ({})", index_file.string(), e.what()));
-    }
+    const auto idx = read_json_file(index_file.string());
     if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
       throw FormatError(index_file.string() + ": no \"weight_map\" object");
     for (auto& [name, file] : idx["weight_map"].items()) {

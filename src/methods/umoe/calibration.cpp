@@ -38,8 +38,8 @@ at::Tensor calibration_windows(const CalibrationSource& s, const Config& cfg, co
     for (const auto& d : builtin_domains()) known.push_back(d.name);
     if (std::find(known.begin(), known.end(), domain) == known.end())
       throw std::invalid_argument(
-          fmt::format("calibration source '{}' is neither a file nor a domain of the corpus ({})", s.source,
-                      fmt::join(known, ", ")));
+          fmt::format("calibration source '{}' is neither a file nor a domain of the corpus at '{}' ({})", s.source,
+                      dir, fmt::join(known, ", ")));
     if (const auto corpus = corpus_for_model(dir, cfg.model.vocab_size)) {
       const auto& names = corpus->domains();
       const auto it = std::find(names.begin(), names.end(), domain);

@@ -14,7 +14,7 @@ std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, co
                                                int64_t batch, bool layerwise, LayerwisePeak* peak) {
   const Config cfg = checkpoint_config(checkpoint);
   check_reap_model(cfg.model);
-  const auto tokenizer = checkpoint_dir(checkpoint) + "/tokenizer.model";
+  const auto tokenizer = model_tokenizer(checkpoint);
   const auto windows = calibration_windows(calib, cfg, tokenizer);
   if (layerwise) return layerwise_saliency(checkpoint, windows, batch, peak);
   auto l = load_model(checkpoint);
