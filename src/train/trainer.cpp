@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
@@ -260,7 +262,39 @@ struct Trainer {
 
 }  // namespace
 
+double approx_parameters(const ModelConfig& m) {
+  const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layers);
+  const double hd = static_cast<double>(m.head_width());
+  const double attention = d * hd * static_cast<double>(2 * m.n_heads + 2 * m.n_kv_heads);
+  double ffn = (m.ffn == "gelu" ? 2.0 : 3.0) * d * static_cast<double>(m.ffn_hidden);
+  if (m.ffn == "moe") {
+    const double shared = m.moe.shared_hidden > 0 ? static_cast<double>(m.moe.shared_hidden)
+                                                  : static_cast<double>(m.moe.n_shared * m.moe.expert_hidden);
+    ffn = 3.0 * d * (static_cast<double>(m.moe.num_experts * m.moe.expert_hidden) + shared) +
+          d * static_cast<double>(m.moe.num_experts);
+  }
+  const double embedding = m.task == "classify" ? static_cast<double>(m.patch_size * m.patch_size * m.channels) * d
+                                                : static_cast<double>(m.vocab_size) * d * (m.tie_embeddings ? 1 : 2);
+  return embedding + L * (attention + ffn);
+}
+
+namespace {
+// Training holds float32 weights, gradients and AdamW's two moments: refuse a model whose
+// parameters alone would not fit, before anything is allocated.
+void require_memory(const Config& cfg) {
+  const double need = 16.0 * approx_parameters(cfg.model);
+  const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && need > 0.9 * ram)
+    throw ConfigError(fmt::format(
+        "this model needs about {:.1f} GB to train (~{:.2f} B parameters x 16 bytes for weights, gradients and AdamW "
+        "moments) but the machine has {:.1f} GB: reduce model.d_model ({}), model.n_layers ({}), model.ffn_hidden ({}) "
+        "or the model.moe sizes",
+        need / 1e9, need / 16e9, ram / 1e9, cfg.model.d_model, cfg.model.n_layers, cfg.model.ffn_hidden));
+}
+}  // namespace
+
 TrainResult train(const Config& cfg, const TrainOptions& opt) {
+  require_memory(cfg);
   Trainer t(cfg, opt);
   return t.run();
 }

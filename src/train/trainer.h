@@ -24,6 +24,10 @@ struct TrainResult {
   nlohmann::json summary;
 };
 
+// A rough parameter count from the config alone (embeddings, attention, FFN or MoE experts):
+// enough to refuse a run that cannot fit before anything is allocated.
+double approx_parameters(const ModelConfig& m);
+
 TrainResult train(const Config& cfg, const TrainOptions& opt);
 
 }  // namespace mf

@@ -5,7 +5,7 @@
 # directory present must load.
 # usage: MOEFORGE=build/release/moeforge kill_resume.sh WORK_DIR [RANDOM_KILLS] [SEED]
 set -euo pipefail
-MF=${MOEFORGE:?set MOEFORGE to the moeforge binary}
+MF=$(realpath "${MOEFORGE:?set MOEFORGE to the moeforge binary}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$1
 RANDOM_KILLS=${2:-3}

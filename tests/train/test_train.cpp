@@ -222,6 +222,25 @@ TEST_F(TrainRun, ARunKilledBeforeItsFirstCheckpointStartsAgain) {
   }
 }
 
+TEST_F(TrainRun, AModelThatCannotFitIsRefusedBeforeAllocating) {
+  Config c = base;
+  c.run.name = "huge";
+  c.model.d_model = 65536;
+  c.model.n_layers = 512;
+  c.model.ffn_hidden = 1 << 20;  // ~1e14 parameters
+  try {
+    train(c, {});
+    FAIL() << "an impossible model was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.d_model (65536)"), std::string::npos) << e.what();
+  }
+  // the estimate is close for a plain model: embeddings + attention + SwiGLU
+  ModelConfig m = base.model;
+  m.vocab_size = 400;
+  TransformerLM small(m);
+  EXPECT_NEAR(approx_parameters(m) / static_cast<double>(small->param_counts().total), 1.0, 0.05);
+}
+
 // A run whose weights or loss go non-finite stops at that step, names the tensor, and never
 // writes a checkpoint from it: the last good checkpoint stays the latest.
 TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
