@@ -1,6 +1,9 @@
 #include "train/metrics.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
+#include <stdexcept>
 #include <sstream>
 
 #include "core/util.h"
@@ -30,11 +33,14 @@ MetricsLog::MetricsLog(const std::string& path, int64_t keep_until_step) {
     write_file_atomic(path, kept);
   }
   out_.open(path, keep_until_step >= 0 ? std::ios::app : std::ios::trunc);
+  if (!out_) throw std::runtime_error(fmt::format("cannot open '{}' for writing", path));
+  path_ = path;
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
   out_ << record.dump() << "\n";
   out_.flush();
+  if (!out_) throw std::runtime_error(fmt::format("writing '{}' failed (disk full?)", path_));
 }
 
 }  // namespace mf

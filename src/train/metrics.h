@@ -14,6 +14,7 @@ class MetricsLog {
 
  private:
   std::ofstream out_;
+  std::string path_;
 };
 
 std::vector<nlohmann::json> read_metrics(const std::string& path);

@@ -13,40 +13,7 @@ RANDOM=${3:-1}
 mkdir -p "$WORK" && cd "$WORK"
 fail() { echo "kill harness: FAIL: $*" >&2; exit 1; }
 
-cat > kill.toml <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn = "moe"
-max_seq_len = 64
-[model.moe]
-num_experts = 4
-top_k = 2
-expert_hidden = 32
-[data]
-dir = "data"
-vocab_size = 400
-max_source_bytes = 50000
-tokenizer_sample_bytes = 30000
-[train]
-steps = 16
-batch_size = 4
-seq_len = 16
-warmup_steps = 2
-log_every = 1
-ckpt_every = 1
-keep_checkpoints = 2
-threads = 1
-[eval]
-every = 8
-windows = 2
-[sample]
-max_tokens = 2
-[run]
-name = "k"
-TOML
+cp "$HERE/tiny_moe.toml" kill.toml
 "$MF" data prepare kill.toml > prepare.log 2>&1 || { cat prepare.log; fail "data prepare"; }
 rm -rf straight killed
 "$MF" train kill.toml --set run.out_dir=straight > straight.log 2>&1 || { cat straight.log; fail "straight run"; }
@@ -72,13 +39,13 @@ kills=0
 t0=$(date +%s)
 for phase in checkpoint.model_written@2 checkpoint.written@3 checkpoint.renamed@2 checkpoint.moved_out@1 \
              checkpoint.model_written@1 checkpoint.moved_out@2; do
-  set +e; MOEFORGE_FAILPOINT=$phase train_killed; rc=$?; set -e
+  set +e; (MOEFORGE_FAILPOINT=$phase train_killed) 2>/dev/null; rc=$?; set -e
   [ "$rc" = 137 ] || { cat killed.log; fail "failpoint $phase: expected SIGKILL (137), got $rc"; }
   kills=$((kills + 1))
   check_all_load
 done
 for ((i = 0; i < RANDOM_KILLS; i++)); do
-  ( train_killed ) &
+  ( train_killed ) 2>/dev/null &
   pid=$!
   sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep $((RANDOM % 3))
   # kill the whole process group member: the subshell's child is moeforge
