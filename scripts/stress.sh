@@ -26,7 +26,7 @@ end=$(( $(date +%s) + 60 * minutes ))
 rounds=0 total_kills=0 fuzz_cases=0 start=$(date +%s)
 while [ "$(date +%s)" -lt "$end" ]; do
   rounds=$((rounds + 1))
-  MOEFORGE_FUZZ_CASES=$fuzz MOEFORGE_SOURCE_DIR=$PWD "$build/tests/test_reliability" > "$work/fuzz.log" 2>&1 || {
+  MOEFORGE_FUZZ_CASES=$fuzz MOEFORGE_FUZZ_SEED=$rounds MOEFORGE_SOURCE_DIR=$PWD "$build/tests/test_reliability" > "$work/fuzz.log" 2>&1 || {
     cat "$work/fuzz.log"; echo "stress: the fuzzers failed in round $rounds" >&2; exit 1; }
   grep '^\[ fuzz \]' "$work/fuzz.log"
   fuzz_cases=$((fuzz_cases + 3 * fuzz))

@@ -26,7 +26,7 @@ void register_analysis_commands(CLI::App& app) {
   usage->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   usage->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
   usage->add_option("--windows", windows, "windows of train.seq_len tokens per domain (classifier: x 16 images)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
   usage->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   usage->add_option("--out", out,
                     "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
@@ -71,7 +71,7 @@ void register_analysis_commands(CLI::App& app) {
                    "own (private experts), pool (the whole shared pool), matched (the layer's "
                    "num_experts most-used experts); default own, or pool and matched for shared pools")
       ->check(CLI::IsMember({"own", "pool", "matched"}));
-  probe->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::PositiveNumber);
+  probe->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
   probe->add_option("--seed", po.seed, "seed of the random expert draws");
   probe->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   probe->add_option("--json", out_json, "also write the report as JSON here");
@@ -100,7 +100,7 @@ void register_analysis_commands(CLI::App& app) {
   diag->add_option("--tokens", dopt.tokens, "tokens captured per MoE layer")->capture_default_str();
   diag->add_option("--fit-steps", dopt.fit_steps, "Adam steps fitting the residual router")->capture_default_str();
   diag->add_option("--split", dopt.split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  diag->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::PositiveNumber);
+  diag->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
   diag->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   diag->add_option("--out", diag_out, "output prefix (default: CHECKPOINT_DIR/diagnose)");
   diag->callback([] {
@@ -127,7 +127,7 @@ void register_analysis_commands(CLI::App& app) {
   static std::string ip_out;
   ip->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   ip->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  ip->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::PositiveNumber);
+  ip->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
   ip->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
   ip->add_option("--out", ip_out, "output prefix (default: CHECKPOINT_DIR/intb_probe)");
   ip->callback([] {

@@ -109,7 +109,7 @@ void register_model_commands(CLI::App& app) {
   ev->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   ev->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
   ev->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
-  ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::PositiveNumber);
+  ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::Range(1, 100000));
   ev->add_option("--seq-len", seq_len, "window length (default: train.seq_len)");
   ev->add_option("--dump-logits", dump_path,
                  "write the logits of --tokens/--text (LM, tensor 'logits' [T, V]) or of --images (classifier: "

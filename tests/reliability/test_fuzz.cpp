@@ -2,8 +2,9 @@
 // TOML configs and --set strings. Each case ends in one of: success, a clear error (the
 // reader's own error type, which names the file or key), an unclear error (any other
 // exception), a hang (> 2 s for one case); a crash ends the process. Only the first two may
-// occur. MOEFORGE_FUZZ_CASES sets the cases per target (default 1,000; scripts/stress.sh runs
-// many more, under AddressSanitizer/UBSan when asked).
+// occur. MOEFORGE_FUZZ_CASES sets the cases per target (default 1,000) and MOEFORGE_FUZZ_SEED
+// the seed (scripts/stress.sh runs many more cases and seeds, under AddressSanitizer/UBSan
+// when asked).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -40,7 +41,9 @@ template <class Clear>
 Outcomes run_cases(const std::string& target, int64_t n, const std::function<std::string(SplitMix64&)>& mutate,
                    const std::function<void(const std::string&)>& body) {
   Outcomes o;
-  SplitMix64 rng(fnv1a64(target.data(), target.size()));
+  const char* seed = std::getenv("MOEFORGE_FUZZ_SEED");  // scripts/stress.sh: a new seed per round
+  SplitMix64 rng(fnv1a64(target.data(), target.size()) ^
+                 static_cast<uint64_t>(seed ? parse_int(seed, "MOEFORGE_FUZZ_SEED") : 0));
   for (int64_t i = 0; i < n; ++i) {
     const auto input = mutate(rng);
     const auto t0 = std::chrono::steady_clock::now();
