@@ -261,6 +261,7 @@ expect_ok "^9707 11 1879 0$" -- "$MF" tokenize hf_qwen3_tok "Hello, world!"
 expect_ok "Hello, world!" -- "$MF" tokenize hf_qwen3_tok --decode 9707 11 1879 0
 expect_ok "tokens/s" -- "$MF" generate hf_qwen3_tok --prompt "Hello" --max-tokens 4
 expect_ok "quotations" -- "$MF" eval hf_qwen3_tok --windows 2 --seq-len 32
+expect_ok "stored experts 16" -- "$MF" usage hf_qwen3_tok --windows 1 --out hf_usage
 expect_ok "lowest-saliency 50 %" -- "$MF" saliency hf_qwen3_tok --calib quotations --samples 2 --seq-len 16 -o hf_sal
 expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3_tok -o hf_qwen3_tok_ckpt
 [ -s hf_qwen3_tok_ckpt/tokenizer.json ] && [ -s hf_qwen3_tok_ckpt/tokenizer_config.json ] || fail "import keeps tokenizer.json"
