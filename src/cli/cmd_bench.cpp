@@ -20,6 +20,7 @@
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "train/loss_bench.h"
 
 namespace mf::cli {
 namespace {
@@ -271,6 +272,33 @@ void register_bench_commands(CLI::App& app) {
                                                  {"peer", r.peer}}
                                           .dump(2) +
                                       "\n");
+  });
+
+  auto* loss = bench->add_subcommand(
+      "loss",
+      "LM head + next-token loss, forward and backward: logits then cross entropy against the fused chunked loss "
+      "the trainer uses; time and peak memory above the inputs");
+  static int64_t loss_tokens = 8192, loss_d = 256, loss_vocab = 151936, loss_chunk = 0;
+  loss->add_option("--chunk", loss_chunk, "rows per chunk of the fused loss (0 = its default)");
+  loss->add_option("--tokens", loss_tokens, "tokens (batch x seq_len)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  loss->add_option("--d", loss_d, "model width")->capture_default_str()->check(CLI::PositiveNumber);
+  loss->add_option("--vocab", loss_vocab, "vocabulary (151936 = Qwen3's)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  loss->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  loss->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  loss->callback([] {
+    at::set_num_threads(threads);
+    const auto rows = bench_lm_loss(loss_tokens, loss_d, loss_vocab, iters, loss_chunk);
+    std::cout << fmt::format("{:<28} {:>10} {:>16} {:>12}\n", "loss", "ms", "peak MB (extra)", "loss value");
+    for (const auto& r : rows)
+      std::cout << fmt::format("{:<28} {:>10.1f} {:>16.1f} {:>12.6f}\n", r.name, 1e3 * r.seconds, r.peak_bytes / 1e6,
+                               r.loss);
+    std::cout << fmt::format(
+        "N = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
+        loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, threads, iters);
   });
 }
 

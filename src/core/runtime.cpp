@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "core/util.h"
 
 namespace mf {
 
@@ -33,6 +37,21 @@ std::string runtime_summary() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   return fmt::format("OMP_WAIT_POLICY={} | heap keeps large blocks: {}", wait ? wait : "(unset)",
                      g_allocator_tuned ? "yes" : "no");
+}
+
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) {  // "VmHWM:  123 kB"
+      const auto digits = line.substr(line.find_first_of("0123456789"));
+      return parse_int(digits.substr(0, digits.find(' ')), "VmHWM") * 1024;
+    }
+  return 0;
+}
+
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
 }
 
 }  // namespace mf

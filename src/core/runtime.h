@@ -17,6 +17,11 @@ void streaming_allocator();
 // this sets it to PASSIVE and re-executes the program (returns if it cannot).
 void ensure_passive_openmp(char** argv);
 
-std::string runtime_summary();  // for `moeforge doctor`
+std::string runtime_summary();
+
+// VmHWM of this process (0 where /proc is missing); reset_peak_rss() starts it again from
+// the current RSS (Linux: /proc/self/clear_refs), so one process can measure several phases.
+int64_t peak_rss_bytes();
+void reset_peak_rss();  // for `moeforge doctor`
 
 }  // namespace mf

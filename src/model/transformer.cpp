@@ -45,16 +45,26 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
         register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab_size).bias(false)));
 }
 
-torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
-                                         std::vector<torch::Tensor>* block_outputs) {
+torch::Tensor TransformerLMImpl::trunk(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
+                                       std::vector<torch::Tensor>* block_outputs) {
   if (caches && caches->empty()) caches->resize(model->blocks.size());
   auto x = model->embed_tokens->forward(tokens);
   for (size_t i = 0; i < model->blocks.size(); ++i) {
     x = model->blocks[i]->forward(x, rope_, caches ? &(*caches)[i] : nullptr, aux);
     if (block_outputs) block_outputs->push_back(x);
   }
-  const auto h = model->norm->forward(x);
-  return lm_head ? lm_head->forward(h) : torch::nn::functional::linear(h, model->embed_tokens->weight);
+  return model->norm->forward(x);
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
+                                         std::vector<torch::Tensor>* block_outputs) {
+  return torch::nn::functional::linear(trunk(tokens, aux, caches, block_outputs), head_weight());
+}
+
+torch::Tensor TransformerLMImpl::hidden(const torch::Tensor& tokens, AuxLosses& aux) { return trunk(tokens, aux); }
+
+const torch::Tensor& TransformerLMImpl::head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {

@@ -42,6 +42,10 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr,
                         std::vector<torch::Tensor>* block_outputs = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
+  // forward() without the LM head: the final-normed residual stream [B, T, D], for losses
+  // fused with the head (model/fused_loss.h).
+  torch::Tensor hidden(const torch::Tensor& tokens, AuxLosses& aux);
+  const torch::Tensor& head_weight() const;  // [V, D]: lm_head, or the embedding when tied
   // By parameter role (core/param_roles.h): normal(0, init_std) for weights and embeddings,
   // output projections scaled by 1/sqrt(2 n_layers) when model.scale_out_init, ones for
   // gains, zeros for biases; deterministic in `seed`.
@@ -54,6 +58,8 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // absent with model.tie_embeddings (the embedding is the head)
 
  private:
+  torch::Tensor trunk(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches = nullptr,
+                      std::vector<torch::Tensor>* block_outputs = nullptr);
   ModelConfig cfg_;
   RopeTable rope_;
 };

@@ -1,5 +1,7 @@
 #include "train/evaluate.h"
 
+#include "model/fused_loss.h"
+
 #include "data/images.h"
 #include "model/vit.h"
 
@@ -13,9 +15,12 @@ double windows_loss(TransformerLM& model, const Batch& batch, int64_t batch_size
   double sum = 0;
   for (int64_t b = 0; b < windows; b += batch_size) {
     const int64_t n = std::min(batch_size, windows - b);
-    auto logits = model->forward(batch.inputs.narrow(0, b, n));
+    AuxLosses aux;
+    const auto h = model->hidden(batch.inputs.narrow(0, b, n), aux);
     if (after_batch) after_batch();
-    sum += lm_loss(logits, batch.targets.narrow(0, b, n)).item<double>() * static_cast<double>(n);
+    const auto loss =
+        fused_lm_loss(h.reshape({-1, h.size(-1)}), model->head_weight(), batch.targets.narrow(0, b, n).reshape({-1}));
+    sum += loss.item<double>() * static_cast<double>(n);
   }
   return sum / static_cast<double>(windows);
 }

@@ -2,6 +2,7 @@
 
 #include "data/images.h"
 #include "data/shards.h"
+#include "model/fused_loss.h"
 #include "model/vit.h"
 
 namespace mf {
@@ -34,7 +35,8 @@ class LanguageModelTask : public ModelTask<TransformerLM> {
   }
   at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
     auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
-    return lm_loss(model_->forward(batch.inputs, aux), batch.targets);
+    const auto h = model_->hidden(batch.inputs, aux);  // the head fused into the loss: no [N, V] logits
+    return fused_lm_loss(h.reshape({-1, h.size(-1)}), model_->head_weight(), batch.targets.reshape({-1}));
   }
   Evaluation evaluate(const std::string& split) override {
     return {evaluate_domains(model_, corpus_, split, cfg_.train.seq_len, cfg_.eval.windows, cfg_.eval.batch_size)};

@@ -5,6 +5,7 @@
 #include "methods/latent/latent.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
+#include "model/fused_loss.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "model/vit.h"
@@ -398,4 +399,43 @@ TEST(ParamCounts, BlockwiseEqualsTheWholeModel) {
   auto gelu = dense;
   gelu.ffn = "gelu";
   EXPECT_FALSE(blockwise_param_counts(gelu).has_value());
+}
+
+// The loss fused with the head equals logits + cross entropy in float64, in value and in the
+// gradients of hidden states and head, for chunks that do and do not divide N, and under a
+// scaled upstream gradient (grad_accum, aux losses).
+TEST(FusedLoss, EqualsLogitsThenCrossEntropyInValueAndGradients) {
+  torch::manual_seed(3);
+  const int64_t N = 10, D = 6, V = 13;
+  const auto opts = torch::dtype(torch::kFloat64);
+  const auto h0 = torch::randn({N, D}, opts), w0 = torch::randn({V, D}, opts);
+  const auto t = torch::randint(0, V, {N}, torch::kLong);
+  auto h_ref = h0.clone().requires_grad_(), w_ref = w0.clone().requires_grad_();
+  auto ref = lm_loss(torch::matmul(h_ref, w_ref.t()).unsqueeze(0), t.unsqueeze(0));
+  (0.25 * ref).backward();
+  for (int64_t chunk : {1, 3, 7, 10, 64}) {
+    auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+    auto loss = fused_lm_loss(h, w, t, chunk);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-12) << chunk;
+    (0.25 * loss).backward();
+    EXPECT_TRUE(torch::allclose(h.grad(), h_ref.grad(), 1e-12, 1e-12)) << chunk;
+    EXPECT_TRUE(torch::allclose(w.grad(), w_ref.grad(), 1e-12, 1e-12)) << chunk;
+  }
+  torch::NoGradGuard no_grad;
+  EXPECT_NEAR(fused_lm_loss(h0, w0, t, 4).item<double>(), ref.item<double>(), 1e-12);
+}
+
+// Training through the fused loss is training through the logits: one model, both losses.
+TEST(FusedLoss, ModelHiddenAndHeadGiveTheForwardLogitsLoss) {
+  auto c = test::small_moe(50, 16, 2, 4, 2, 8);
+  c.tie_embeddings = true;
+  TransformerLM m(c);
+  m->to(torch::kFloat64);
+  const auto tokens = torch::randint(0, 50, {2, 5}, torch::kLong),
+             targets = torch::randint(0, 50, {2, 5}, torch::kLong);
+  AuxLosses a1, a2;
+  const auto h = m->hidden(tokens, a1);
+  const auto fused = fused_lm_loss(h.reshape({-1, 16}), m->head_weight(), targets.reshape({-1}));
+  const auto plain = lm_loss(m->forward(tokens, a2), targets);
+  EXPECT_NEAR(fused.item<double>(), plain.item<double>(), 1e-12);
 }

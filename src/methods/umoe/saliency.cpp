@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "analysis/svg_plot.h"
+#include "core/runtime.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
@@ -196,13 +197,6 @@ std::string saliency_svg(const std::vector<LayerSaliency>& layers, const std::st
   h.y_label = "MoE layer";
   h.value_label = "REAP saliency S(l, e)";
   return heatmap_svg(rows, h);
-}
-
-int64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
-  return 0;
 }
 
 }  // namespace mf

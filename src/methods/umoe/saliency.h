@@ -66,6 +66,4 @@ double pair_share(const LayerSaliency& s, const std::vector<int64_t>& experts);
 nlohmann::json saliency_json(const std::vector<LayerSaliency>& layers);
 std::string saliency_svg(const std::vector<LayerSaliency>& layers, const std::string& title);
 
-int64_t peak_rss_bytes();  // VmHWM of this process (0 where /proc is missing)
-
 }  // namespace mf

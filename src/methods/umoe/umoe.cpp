@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
