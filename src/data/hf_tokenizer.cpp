@@ -250,7 +250,8 @@ const std::string& HfTokenizer::token(int id) const {
 std::string HfTokenizer::decode(const std::vector<int>& ids, bool skip_special) const {
   std::string bytes, token_bytes;
   for (int id : ids) {
-    const auto& t = token(id);
+    if (id < 0 || id >= vocab_size() || tokens_[id].empty()) continue;  // as Hugging Face: ids without a token vanish
+    const auto& t = tokens_[id];
     if (skip_special && special_[id]) continue;
     token_bytes.clear();
     for (size_t i = 0; i < t.size();) {

@@ -24,7 +24,8 @@ class HfTokenizer {
   explicit HfTokenizer(const std::string& path);
   // `text` must be valid UTF-8 (std::invalid_argument with the byte offset otherwise).
   std::vector<int> encode(std::string_view text) const;
-  // Bytes that are not valid UTF-8 become U+FFFD, as in Hugging Face's decoder.
+  // Bytes that are not valid UTF-8 become U+FFFD and ids without a token (a model's padded
+  // vocabulary rows) are skipped, as in Hugging Face's decoder.
   std::string decode(const std::vector<int>& ids, bool skip_special = false) const;
   const std::string& token(int id) const;  // the vocabulary string (byte-level alphabet)
   int vocab_size() const { return static_cast<int>(tokens_.size()); }

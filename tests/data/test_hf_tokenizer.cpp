@@ -80,7 +80,8 @@ TEST(HfTokenizer, InvalidInputNamesWhatIsWrong) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("offset 2"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(t.decode({260}), std::out_of_range);
+  EXPECT_EQ(t.decode({'a', 260, -1, 'b'}), "ab");  // ids without a token are skipped, as Hugging Face does
+  EXPECT_THROW(t.token(260), std::out_of_range);
   const auto dir = temp_dir("broken");
   auto broken = json::parse(read_file(tiny_tokenizer()));
   broken["model"]["merges"].push_back("a q");  // "aq" is not in the vocabulary
@@ -272,6 +273,7 @@ TEST_P(HfTokenizerParity, IdsAndDecodeMatchHuggingFace) {
       ids.push_back(static_cast<int>((state = state * 6364136223846793005ULL + 1) >> 33) % ours.vocab_size());
     sequences.push_back(ids);
   }
+  sequences.push_back({9707, ours.vocab_size() + 100, 11});  // an id past the tokenizer (a padded vocabulary)
   for (auto& ids : sequences) lines.push_back({{"decode", ids}});
   const auto ref = reference(file, lines, name + "_decode");
   ASSERT_EQ(ref.size(), sequences.size());
