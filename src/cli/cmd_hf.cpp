@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf/hf_dir.h"
+#include "io/model_io.h"
 
 namespace mf::cli {
 
@@ -24,7 +25,7 @@ std::string tokenizer_of(const std::string& source) {
   if (fs::is_regular_file(source)) return source;
   if (const auto direct = tokenizer_in(source); !direct.empty()) return direct;  // HF or corpus directory, checkpoint
   if (hf::is_hf_dir(source)) throw FormatError(source + ": no tokenizer.model or tokenizer.json");
-  return Checkpoint{checkpoint_dir(source), {}}.tokenizer_path();
+  return model_tokenizer(source);
 }
 
 }  // namespace

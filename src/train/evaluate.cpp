@@ -24,37 +24,39 @@ double windows_loss(TransformerLM& model, const Batch& batch, int64_t batch_size
   }
   return sum / static_cast<double>(windows);
 }
+
+// eval mode and no gradients around one windows_loss per domain
+std::vector<DomainLoss> per_domain(TransformerLM& model, size_t domains, const std::function<std::string(size_t)>& name,
+                                   const std::function<Batch(size_t)>& windows_of, int64_t tokens, int64_t batch_size,
+                                   const std::function<void()>& after_batch) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  std::vector<DomainLoss> out;
+  for (size_t d = 0; d < domains; ++d)
+    out.push_back({name(d), windows_loss(model, windows_of(d), batch_size, after_batch), tokens});
+  model->train(was_training);
+  return out;
+}
 }  // namespace
 
 std::vector<DomainLoss> evaluate_domains(TransformerLM& model, const PreparedCorpus& corpus, const std::string& split,
                                          int64_t seq_len, int64_t windows, int64_t batch_size,
                                          const std::function<void()>& after_batch) {
-  torch::NoGradGuard no_grad;
-  bool was_training = model->is_training();
-  model->eval();
-  std::vector<DomainLoss> out;
-  for (size_t d = 0; d < corpus.domains().size(); ++d)
-    out.push_back(
-        {corpus.domains()[d],
-         windows_loss(model, fixed_windows(corpus.tokens(d, split), seq_len, windows), batch_size, after_batch),
-         windows * seq_len});
-  model->train(was_training);
-  return out;
+  return per_domain(
+      model, corpus.domains().size(), [&](size_t d) { return corpus.domains()[d]; },
+      [&](size_t d) { return fixed_windows(corpus.tokens(d, split), seq_len, windows); }, windows * seq_len, batch_size,
+      after_batch);
 }
 
 std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
                                          const std::vector<std::pair<std::string, std::vector<int>>>& streams,
                                          int64_t seq_len, int64_t windows, int64_t batch_size,
                                          const std::function<void()>& after_batch) {
-  torch::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
-  std::vector<DomainLoss> out;
-  for (const auto& [name, tokens] : streams)
-    out.push_back({name, windows_loss(model, fixed_windows(tokens, seq_len, windows), batch_size, after_batch),
-                   windows * seq_len});
-  model->train(was_training);
-  return out;
+  return per_domain(
+      model, streams.size(), [&](size_t d) { return streams[d].first; },
+      [&](size_t d) { return fixed_windows(streams[d].second, seq_len, windows); }, windows * seq_len, batch_size,
+      after_batch);
 }
 
 ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const ImageDataset& data,

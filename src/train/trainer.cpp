@@ -62,13 +62,14 @@ struct Trainer {
 
   // Stops the run: the metrics line says where, and nothing non-finite reaches a checkpoint.
   [[noreturn]] void diverged(MetricsLog& metrics, const std::string& what, const std::string& tensor,
-                             bool skippable = false) {
-    metrics.write({{"step", step}, {"diverged", what}, {"tensor", tensor}});
+                             bool skippable = false, int64_t at_step = -1) {
+    if (at_step < 0) at_step = step;
+    metrics.write({{"step", at_step}, {"diverged", what}, {"tensor", tensor}});
     const auto latest = latest_checkpoint(run_dir.string());
     throw DivergenceError(
         fmt::format("step {}: {}; first non-finite tensor: '{}'. No checkpoint holds it; the latest good one is {}. "
                     "Lower train.lr, raise train.adam_eps or model.norm_eps{}",
-                    step, what, tensor, latest.empty() ? "none (no checkpoint yet)" : latest,
+                    at_step, what, tensor, latest.empty() ? "none (no checkpoint yet)" : latest,
                     skippable ? ", or let train.skip_nonfinite skip such steps" : ""));
   }
 
@@ -177,8 +178,12 @@ struct Trainer {
       const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
       ++step;
       last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
+      // No pass over the weights on a healthy step: a weight that went non-finite in the last
+      // update shows in this loss, and save() checks weights and moments before every write.
       if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
         const auto params = model_tensors(model);
+        if (auto weight = first_nonfinite(params); !weight.empty())  // not skippable: the weights are lost
+          diverged(metrics, "a weight went non-finite in the optimizer step", weight, false, step - 1);
         auto bad = first_nonfinite(gradients(params));
         const auto what = fmt::format("non-finite {} (loss {:.4g}, gradient norm {:.4g})",
                                       std::isfinite(last_loss) ? "gradient" : "loss", last_loss, grad_norm);
@@ -188,11 +193,6 @@ struct Trainer {
       } else {
         optimizer->step();
         for (auto& m : moe) m->after_optimizer_step();
-        if (auto bad = first_nonfinite(model_tensors(model)); !bad.empty())
-          diverged(metrics,
-                   fmt::format("a weight went non-finite in the optimizer step (loss {:.4g}, gradient norm {:.4g})",
-                               last_loss, grad_norm),
-                   bad);
       }
       loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
       window_time += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
