@@ -1,5 +1,7 @@
 #include "moe/dispatch.h"
 
+#include "moe/combine.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -46,8 +48,7 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     token_P = token_P.index_select(0, keep);
     weight_P = weight_P.index_select(0, keep);
   }
-  auto out_PD = grouped_units(x_TD, token_P, unit_P, bank) * weight_P.to(x_TD.dtype()).unsqueeze(1);
-  r.y_TD = torch::zeros_like(x_TD).index_add(0, token_P, out_PD);
+  r.y_TD = combine(grouped_units(x_TD, token_P, unit_P, bank), token_P, weight_P.to(x_TD.dtype()), x_TD.size(0));
   return r;
 }
 

@@ -1,5 +1,5 @@
 // The one dispatch engine: y[t] = sum over pairs p with token_P[p] = t of weight_P[p] * unit_{unit_P[p]}(x[t]).
-// Stable sort by unit -> gather rows -> grouped unit computation -> scale -> scatter-add.
+// Stable sort by unit -> gather rows -> grouped unit computation -> weighted scatter-add (moe/combine.h).
 #pragma once
 #include "moe/banks.h"
 #include "moe/routing.h"

@@ -7,6 +7,7 @@
 #include "model/layers.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
+#include "moe/combine.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
 #include "test_support.h"
@@ -162,6 +163,26 @@ TEST(Dispatch, RepeatedForwardIsBitwiseIdentical) {
   auto x = torch::randn({64, 16});
   auto first = dispatch(x, r->forward(x).assignment, bank).y_TD;
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(first, dispatch(x, r->forward(x).assignment, bank).y_TD));
+}
+
+TEST(Combine, MatchesScaledIndexAddInOutputAndGradients) {
+  torch::manual_seed(6);
+  // repeated tokens, a token with no pair, D wider than one thread's column chunk, and no pairs at all
+  for (auto [P, T, D] : std::vector<std::array<int64_t, 3>>{{9, 5, 3}, {40, 7, 150}, {0, 4, 6}}) {
+    auto token = torch::randint(0, T - 1, {P}, torch::kLong);  // token T - 1 gets nothing
+    auto out = torch::randn({P, D}, torch::kFloat64).requires_grad_(true);
+    auto weight = torch::rand({P}, torch::kFloat64).requires_grad_(true);
+    auto up = torch::randn({T, D}, torch::kFloat64);
+    auto fast = combine(out, token, weight, T);
+    auto ref = torch::zeros({T, D}, torch::kFloat64).index_add(0, token, out * weight.unsqueeze(1));
+    auto fast_grads = torch::autograd::grad({(fast * up).sum()}, {out, weight});
+    auto ref_grads = torch::autograd::grad({(ref * up).sum()}, {out, weight});
+    EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << "P=" << P << " D=" << D;
+    EXPECT_TRUE(torch::equal(fast[T - 1], torch::zeros({D}, torch::kFloat64)));
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_TRUE(torch::allclose(fast_grads[i], ref_grads[i], 1e-12, 1e-12))
+          << "P=" << P << " D=" << D << " grad " << i;
+  }
 }
 
 TEST(Losses, SwitchAuxIsAlphaAtUniformRouting) {

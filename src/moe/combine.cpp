@@ -1,0 +1,100 @@
+#include "moe/combine.h"
+
+#include <ATen/AccumulateType.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+namespace mf {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Threads split the columns, so every thread adds its own slice of each row in pair order:
+// no two threads write one element and the sum order is fixed (bitwise repeatable).
+template <typename scalar_t>
+void combine_cpu(const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P, at::Tensor& y_TD) {
+  const int64_t P = out_PD.size(0), D = out_PD.size(1);
+  const auto* out = out_PD.data_ptr<scalar_t>();
+  const auto* token = token_P.data_ptr<int64_t>();
+  const auto* weight = weight_P.data_ptr<scalar_t>();
+  auto* y = y_TD.data_ptr<scalar_t>();
+  at::parallel_for(0, D, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t p = 0; p < P; ++p) {
+      const scalar_t w = weight[p];
+      const scalar_t* o = out + p * D;
+      scalar_t* row = y + token[p] * D;
+      for (int64_t c = c0; c < c1; ++c) row[c] += w * o[c];
+    }
+  });
+}
+
+template <typename scalar_t>
+void combine_backward_cpu(const at::Tensor& dy_TD, const at::Tensor& out_PD, const at::Tensor& token_P,
+                          const at::Tensor& weight_P, at::Tensor& dout_PD, at::Tensor& dweight_P) {
+  using acc_t = at::acc_type<scalar_t, false>;
+  const int64_t P = out_PD.size(0), D = out_PD.size(1);
+  const auto* dy = dy_TD.data_ptr<scalar_t>();
+  const auto* out = out_PD.data_ptr<scalar_t>();
+  const auto* token = token_P.data_ptr<int64_t>();
+  const auto* weight = weight_P.data_ptr<scalar_t>();
+  auto* dout = dout_PD.data_ptr<scalar_t>();
+  auto* dweight = dweight_P.data_ptr<scalar_t>();
+  at::parallel_for(0, P, 256, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const scalar_t w = weight[p];
+      const scalar_t* g = dy + token[p] * D;
+      const scalar_t* o = out + p * D;
+      scalar_t* d = dout + p * D;
+      acc_t dot = 0;
+      for (int64_t c = 0; c < D; ++c) {
+        d[c] = w * g[c];
+        dot += static_cast<acc_t>(o[c]) * static_cast<acc_t>(g[c]);
+      }
+      dweight[p] = static_cast<scalar_t>(dot);
+    }
+  });
+}
+
+struct Combine : public torch::autograd::Function<Combine> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out_PD, const at::Tensor& token_P,
+                            const at::Tensor& weight_P, int64_t T) {
+    ctx->save_for_backward({out_PD, token_P, weight_P});
+    auto y_TD = at::zeros({T, out_PD.size(1)}, out_PD.options());
+    if (!out_PD.is_cpu()) return y_TD.index_add_(0, token_P, out_PD * weight_P.unsqueeze(1));
+    AT_DISPATCH_FLOATING_TYPES(out_PD.scalar_type(), "combine",
+                               [&] { combine_cpu<scalar_t>(out_PD, token_P, weight_P, y_TD); });
+    return y_TD;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &out_PD = saved[0], &token_P = saved[1], &weight_P = saved[2];
+    auto dy_TD = grads[0].contiguous();
+    at::Tensor dout_PD, dweight_P;
+    if (!out_PD.is_cpu()) {
+      auto g_PD = dy_TD.index_select(0, token_P);
+      dout_PD = g_PD * weight_P.unsqueeze(1);
+      dweight_P = (g_PD * out_PD).sum(1);
+    } else {
+      dout_PD = at::empty_like(out_PD);
+      dweight_P = at::empty_like(weight_P);
+      AT_DISPATCH_FLOATING_TYPES(out_PD.scalar_type(), "combine_backward", [&] {
+        combine_backward_cpu<scalar_t>(dy_TD, out_PD, token_P, weight_P, dout_PD, dweight_P);
+      });
+    }
+    return {dout_PD, at::Tensor(), dweight_P, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor combine(const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P, int64_t T) {
+  TORCH_CHECK(out_PD.dim() == 2 && token_P.numel() == out_PD.size(0) && weight_P.numel() == out_PD.size(0),
+              "combine: ", out_PD.sizes(), " pair outputs with ", token_P.numel(), " tokens and ", weight_P.numel(),
+              " weights");
+  TORCH_CHECK(weight_P.scalar_type() == out_PD.scalar_type(), "combine: weights must have the outputs' dtype");
+  return Combine::apply(out_PD.contiguous(), token_P.to(at::kLong).contiguous(), weight_P.contiguous(), T);
+}
+
+}  // namespace mf
