@@ -50,6 +50,7 @@ void combine_backward_cpu(const at::Tensor& dy_TD, const at::Tensor& out_PD, con
       const scalar_t* o = out + p * D;
       scalar_t* d = dout + p * D;
       acc_t dot = 0;
+#pragma omp simd reduction(+ : dot)  // lets the compiler vectorise the sum (it may not reorder one otherwise)
       for (int64_t c = 0; c < D; ++c) {
         d[c] = w * g[c];
         dot += static_cast<acc_t>(o[c]) * static_cast<acc_t>(g[c]);
