@@ -52,6 +52,10 @@ void register_train_commands(CLI::App& app) {
                  "used when no config file is given");
   tr->add_flag("--overwrite", opt.overwrite, "delete an existing run directory of the same name first");
   tr->add_option("--stop-after", opt.stop_after, "stop after N steps of this invocation (checkpoint written)");
+  tr->add_option("--profile", opt.profile_steps,
+                 "profile N steps after a 5-step warm-up: RUN/profile.json (Chrome trace) and RUN/profile.txt "
+                 "(operators by self time per step)")
+      ->check(CLI::PositiveNumber);
   tr->callback([] {
     Config cfg;
     const auto run_config = std::filesystem::path(opt.resume) / "config.toml";

@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "model/moe_ffn.h"
+#include "model/small_attention.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/version.h>
@@ -89,8 +90,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& ro
     v = v.repeat_interleave(n_heads / n_kv_heads, 1);
   }
   torch::Tensor out;
+  if (small_attention_applies(q, S)) out = small_attention(q, k, v, /*causal=*/true);
 #if TORCH_VERSION_MAJOR >= 2
-  if (start == 0) out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  if (!out.defined() && start == 0) out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #endif
   if (!out.defined()) {
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));

@@ -19,6 +19,7 @@
 #include "train/finite.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/profile.h"
 #include "train/task.h"
 
 namespace mf {
@@ -160,8 +161,16 @@ struct Trainer {
     int64_t skipped = 0;  // steps without an update (non-finite loss or gradient)
     int64_t window_items = 0;
     auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<StepProfiler> profiler;
+    if (opt.profile_steps > 0) {
+      const int64_t warmup = std::clamp<int64_t>(end_step - start_step - opt.profile_steps, 0, 5);
+      profiler =
+          std::make_unique<StepProfiler>(start_step + warmup, opt.profile_steps, (run_dir / "profile.json").string(),
+                                         (run_dir / "profile.txt").string());
+    }
     model.train();
     while (step < end_step) {
+      if (profiler) profiler->before_step(step);
       auto ts = std::chrono::steady_clock::now();
       const double lr = lr_at(cfg.train, step);
       set_lr(*optimizer, lr);
@@ -194,6 +203,7 @@ struct Trainer {
         optimizer->step();
         for (auto& m : moe) m->after_optimizer_step();
       }
+      if (profiler) profiler->after_step(step);
       loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
       window_time += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
       window_items += items_per_step;

@@ -7,6 +7,7 @@
 #include "methods/unipool/unipool.h"
 #include "model/fused_loss.h"
 #include "model/moe_ffn.h"
+#include "model/small_attention.h"
 #include "model/transformer.h"
 #include "model/vit.h"
 #include "serve/generate.h"
@@ -127,6 +128,34 @@ TEST(Attention, KVCacheMatchesFullForward) {
   for (int64_t t = 4; t < 10; ++t) {
     auto step = m->forward(tokens.narrow(1, t, 1), aux, &caches);
     EXPECT_TRUE(torch::allclose(step.squeeze(1), full.select(1, t), 1e-10, 1e-10)) << "position " << t;
+  }
+}
+
+TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
+  torch::manual_seed(8);
+  struct Case {
+    int64_t B, H, N, S, Dh;
+    bool causal;
+  };
+  for (auto c : {Case{2, 3, 5, 5, 4, false}, Case{2, 3, 5, 5, 4, true}, Case{1, 2, 3, 7, 5, true} /* a cache of 4 */,
+                 Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}}) {
+    auto q = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64).requires_grad_(true);
+    auto k = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
+    auto v = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
+    auto up = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64);
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(c.Dh));
+    if (c.causal)  // query i sits at position i + S - N
+      scores = scores.masked_fill(torch::ones({c.N, c.S}, torch::kBool).triu(c.S - c.N + 1),
+                                  -std::numeric_limits<double>::infinity());
+    auto ref = torch::matmul(torch::softmax(scores, -1), v);
+    auto fast = small_attention(q, k, v, c.causal);
+    const std::string what = "N=" + std::to_string(c.N) + " S=" + std::to_string(c.S) + (c.causal ? " causal" : "");
+    EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << what;
+    auto g_fast = torch::autograd::grad({(fast * up).sum()}, {q, k, v});
+    auto g_ref = torch::autograd::grad({(ref * up).sum()}, {q, k, v});
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(torch::allclose(g_fast[i], g_ref[i], 1e-11, 1e-12)) << what << " grad "
+                                                                      << "qkv"[i];
   }
 }
 

@@ -1,0 +1,20 @@
+// Softmax attention for short sequences on the CPU (the ViT's 17 tokens). LibTorch's CPU bmm
+// runs one mm per (batch, head) matrix, each with select/as_strided dispatch that costs far
+// more than a 17 x 17 x 24 product (two thirds of a ViT step); here one parallel loop over
+// (batch, head) computes scores, softmax and output, and a hand-written backward the gradients.
+#pragma once
+#include <ATen/ATen.h>
+
+namespace mf {
+
+// q [B, H, N, Dh], k and v [B, H, S, Dh] (S >= N) -> [B, H, N, Dh], differentiable in q, k, v:
+//   s_ij = q_i . k_j / sqrt(Dh)  (causal: -inf where j > i + S - N),  P = softmax_j(s),  o_i = sum_j P_ij v_j
+// backward from dO:
+//   dP_ij = dO_i . v_j,  dV_j = sum_i P_ij dO_i,  dS_ij = P_ij (dP_ij - sum_l P_il dP_il),
+//   dQ_i = sum_j dS_ij k_j / sqrt(Dh),  dK_j = sum_i dS_ij q_i / sqrt(Dh)
+at::Tensor small_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal);
+
+// Where small_attention beats the bmm path: CPU tensors and short sequences.
+bool small_attention_applies(const at::Tensor& q, int64_t keys);
+
+}  // namespace mf
