@@ -231,6 +231,11 @@ expect_fail 2 "not a block number" -- "$MF" upcycle runs/vit --layers 1,x -o vit
 "$MF" repro unif --quick --config "$SRC/configs/repro/unif.toml" --out repro_unif --set train.threads=1 \
   > repro_unif.txt 2>&1 || { cat repro_unif.txt; fail "repro unif --quick"; }
 grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif results"
+"$MF" repro unif --quick --config "$SRC/configs/repro/unif-lm.toml" --out repro_unif_lm --set train.threads=1 \
+  --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
+  --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_unif_lm.txt 2>&1 || {
+  cat repro_unif_lm.txt; fail "repro unif --quick (LM)"; }
+grep -q "validation loss difference" repro_unif_lm/results.md || fail "repro unif LM results"
 "$MF" repro umoe --quick --config "$SRC/configs/repro/umoe.toml" --out repro_umoe --set train.threads=1 \
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
   --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_umoe.txt 2>&1 || {

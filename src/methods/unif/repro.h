@@ -1,4 +1,4 @@
-// `moeforge repro unif`: UniF-MoE's upcycling comparison in miniature on the vision backbone.
+// `moeforge repro unif`: UniF-MoE's upcycling comparison in miniature, on the vision backbone or an LM.
 #pragma once
 #include "train/repro_runs.h"
 
@@ -13,10 +13,10 @@ struct UniFReproOptions {
   double finetune_lr = 1e-3;
 };
 
-// Pretrains the dense ViT of the base config (--config), upcycles `layers` into top-2, top-1,
-// top-p and UniF-MoE (and its three ablations) with the same K, H, B, fine-tunes every arm and
-// a dense control identically for every seed, and measures test accuracy, activated blocks
-// and the MoE layers' inference time.
+// Pretrains the dense ViT or LM of the base config (--config), upcycles `layers` into top-2,
+// top-1, top-p and UniF-MoE (and its three ablations) with the same K, H, B, fine-tunes every arm and
+// a dense control identically for every seed, and measures quality (ViT: test accuracy; LM:
+// validation loss), activated blocks and the MoE layers' inference time.
 ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt);
 
 }  // namespace mf

@@ -1,0 +1,37 @@
+// train --profile: operator self times from a Chrome trace, by hand.
+#include <gtest/gtest.h>
+
+#include "train/profile.h"
+
+using namespace mf;
+
+TEST(Profile, SelfTimeSubtractsChildrenPerThread) {
+  // thread 1: A [0, 100) holds B [10, 40) which holds C [15, 25), and D [50, 70);
+  // a later A [200, 210) alone; thread 2: C [5, 95) overlapping A in time but not its child.
+  auto ev = [](const char* name, double ts, double dur, int tid) {
+    return nlohmann::json{{"name", name}, {"ph", "X"}, {"ts", ts}, {"dur", dur}, {"tid", tid}};
+  };
+  nlohmann::json trace = nlohmann::json::array({ev("B", 10, 30, 1),
+                                                ev("A", 0, 100, 1),
+                                                ev("C", 15, 10, 1),
+                                                ev("D", 50, 20, 1),
+                                                ev("A", 200, 10, 1),
+                                                ev("C", 5, 90, 2),
+                                                {{"name", "meta"}, {"ph", "M"}}});
+  const auto ops = self_times(trace);
+  std::map<std::string, OpSelfTime> by;
+  for (auto& o : ops) by[o.name] = o;
+  ASSERT_EQ(by.size(), 4u);
+  EXPECT_DOUBLE_EQ(by["A"].self_us, 100 - 30 - 20 + 10);  // both calls, children excluded
+  EXPECT_EQ(by["A"].calls, 2);
+  EXPECT_DOUBLE_EQ(by["B"].self_us, 30 - 10);
+  EXPECT_DOUBLE_EQ(by["C"].self_us, 10 + 90);
+  EXPECT_DOUBLE_EQ(by["D"].self_us, 20);
+  EXPECT_EQ(ops.front().name, "C");  // largest self time first
+  // wrapped in {"traceEvents": [...]} as well; the table divides by the steps
+  EXPECT_DOUBLE_EQ(self_times(nlohmann::json{{"traceEvents", trace}})[0].self_us, 100);
+  const auto table = self_time_table(ops, 2);
+  const auto c_row = table.substr(table.find("\nC "), table.find('\n', table.find("\nC ") + 1) - table.find("\nC "));
+  EXPECT_NE(c_row.find(" 0.05 "), std::string::npos) << table;  // 100 us over 2 steps, in ms
+  EXPECT_NE(c_row.find("50.0%"), std::string::npos) << table;   // of 200 us in all
+}
