@@ -20,6 +20,7 @@
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "train/kernel_bench.h"
 #include "train/loss_bench.h"
 
 namespace mf::cli {
@@ -299,6 +300,30 @@ void register_bench_commands(CLI::App& app) {
     std::cout << fmt::format(
         "N = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
         loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, threads, iters);
+  });
+
+  auto* kernels = bench->add_subcommand(
+      "kernels", "each of our CPU kernels vs the LibTorch composition it replaces: time, speed-up, largest difference");
+  static std::string kernels_json;
+  kernels->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  kernels->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  kernels->add_option("--json", kernels_json, "also write the results as JSON");
+  kernels->callback([] {
+    at::set_num_threads(threads);
+    nlohmann::json js = nlohmann::json::array();
+    std::cout << fmt::format("{:<40} {:<34} {:>9} {:>12} {:>8} {:>10}\n", "kernel", "shape", "ours ms", "LibTorch ms",
+                             "speed-up", "max |diff|");
+    for (const auto& r : bench_kernels(iters)) {
+      std::cout << fmt::format("{:<40} {:<34} {:>9.2f} {:>12.2f} {:>7.2f}x {:>10.2e}\n", r.kernel, r.shape,
+                               1e3 * r.ours_s, 1e3 * r.libtorch_s, r.libtorch_s / r.ours_s, r.max_abs_diff);
+      js.push_back({{"kernel", r.kernel},
+                    {"shape", r.shape},
+                    {"ours_s", r.ours_s},
+                    {"libtorch_s", r.libtorch_s},
+                    {"max_abs_diff", r.max_abs_diff}});
+    }
+    std::cout << fmt::format("float32, {} threads, best of {}\n", threads, iters);
+    if (!kernels_json.empty()) write_file_atomic(kernels_json, js.dump(2) + "\n");
   });
 }
 

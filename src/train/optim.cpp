@@ -1,12 +1,11 @@
 #include "train/optim.h"
 
 #include "core/param_roles.h"
+#include "train/fused_adamw.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
-#include <sstream>
-#include <type_traits>
 
 namespace mf {
 namespace {
@@ -15,22 +14,6 @@ bool no_decay(ParamRole role, const TrainConfig& c) {
   return role == ParamRole::Gain || role == ParamRole::Bias || role == ParamRole::Scale ||
          (role == ParamRole::Embedding && !c.decay_embeddings);
 }
-
-// LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string;
-// 2.x by the pointer itself. Derive the key type from the map so both compile.
-using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-using StateKey = typename StateMap::key_type;
-template <class K>
-K make_key(c10::TensorImpl* p) {
-  if constexpr (std::is_same_v<K, std::string>) {
-    std::ostringstream s;
-    s << p;
-    return s.str();
-  } else {
-    return static_cast<K>(p);
-  }
-}
-StateKey key_of(const torch::Tensor& p) { return make_key<StateKey>(p.unsafeGetTensorImpl()); }
 
 }  // namespace
 
@@ -45,7 +28,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, co
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, opts(c.weight_decay));
   groups.emplace_back(plain, opts(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+  return std::make_unique<FusedAdamW>(groups, torch::optim::AdamWOptions(c.lr));
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
@@ -64,7 +47,7 @@ NamedTensors optimizer_state_tensors(torch::optim::AdamW& opt, torch::nn::Module
   NamedTensors out;
   auto& state = opt.state();
   for (auto& p : model.named_parameters()) {
-    auto it = state.find(key_of(p.value()));
+    auto it = state.find(optimizer_state_key(p.value()));
     if (it == state.end()) continue;
     auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
     out.emplace_back(p.key() + ".exp_avg", s.exp_avg());
@@ -92,7 +75,7 @@ void load_optimizer_state(torch::optim::AdamW& opt, torch::nn::Module& model, co
     s->step(step.item<int64_t>());
     s->exp_avg(m.to(p.value().dtype()).clone());
     s->exp_avg_sq(v.to(p.value().dtype()).clone());
-    state[key_of(p.value())] = std::move(s);
+    state[optimizer_state_key(p.value())] = std::move(s);
   }
 }
 

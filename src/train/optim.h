@@ -1,4 +1,4 @@
-// AdamW with decay / no-decay parameter groups, the LR schedule, and optimizer state
+// AdamW (train/fused_adamw.h) with decay / no-decay parameter groups, the LR schedule, and optimizer state
 // to and from named tensors (for checkpoints).
 #pragma once
 #include <torch/nn/module.h>
