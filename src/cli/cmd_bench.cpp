@@ -22,6 +22,7 @@
 #include "moe/routers.h"
 #include "train/kernel_bench.h"
 #include "train/loss_bench.h"
+#include "train/train_bench.h"
 
 namespace mf::cli {
 namespace {
@@ -33,12 +34,10 @@ struct Shape {
 
 // default_env: run the peer as a user's shell would, without the OMP_WAIT_POLICY=PASSIVE
 // that moeforge sets for itself (and its children inherit).
-nlohmann::json run_peer(const std::string& script, const Shape& s, int iters, int threads, bool default_env) {
+nlohmann::json run_peer(const std::string& script, const std::string& args, bool default_env) {
   if (!std::filesystem::exists(script)) return {{"skipped", "peer script not found: " + script}};
-  std::string cmd = fmt::format(
-      "{}/usr/bin/python3 '{}' --tokens {} --d {} --experts {} --top-k {} --hidden {} "
-      "--iters {} --threads {} 2>&1",
-      default_env ? "env -u OMP_WAIT_POLICY " : "", script, s.T, s.d, s.E, s.k, s.F, iters, threads);
+  const std::string cmd =
+      fmt::format("{}/usr/bin/python3 '{}' {} 2>&1", default_env ? "env -u OMP_WAIT_POLICY " : "", script, args);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {{"skipped", "cannot run python3"}};
   std::string out;
@@ -92,9 +91,10 @@ void register_bench_commands(CLI::App& app) {
         dispatch(x, r.assignment, bank).y_TD.backward(grad);
       });
       double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
-      auto peer_res =
-          peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, s, iters, threads, false);
-      auto peer_default = peer.empty() ? peer_res : run_peer(peer, s, iters, threads, true);
+      const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}",
+                                    s.T, s.d, s.E, s.k, s.F, iters, threads);
+      auto peer_res = peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, args, false);
+      auto peer_default = peer.empty() ? peer_res : run_peer(peer, args, true);
       auto row = [&](const std::string& impl, double sec) {
         std::cout << fmt::format("{:<8} {:<22} {:>10.0f} {:>10.1f} {:>8.2f}x\n", s.name, impl, s.T / sec,
                                  flops / sec / 1e9, t_dense / sec);
@@ -300,6 +300,61 @@ void register_bench_commands(CLI::App& app) {
     std::cout << fmt::format(
         "N = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
         loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, threads, iters);
+  });
+
+  auto* tr = bench->add_subcommand(
+      "train",
+      "training throughput of a config's model through the trainer (real batches and optimizer step), in model "
+      "FLOPs against the sgemm ceiling, and the same model and step in PyTorch (python3-torch), default and tuned "
+      "environment");
+  static std::string train_config = "configs/quickstart.toml", train_peer = "bench/peers/train_step.py", train_json;
+  static int64_t train_steps = 20, train_warmup = 10;
+  tr->add_option("config", train_config, "TOML config (an LM with a SwiGLU MoE FFN for the peer)")
+      ->capture_default_str();
+  tr->add_option("--steps", train_steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+  tr->add_option("--warmup", train_warmup, "untimed steps first")->capture_default_str()->check(CLI::PositiveNumber);
+  tr->add_option("--peer", train_peer, "Python peer script ('' to skip)")->capture_default_str();
+  tr->add_option("--json", train_json, "also write the results as JSON");
+  tr->callback([] {
+    auto cfg = load_config(train_config);
+    at::set_num_threads(static_cast<int>(cfg.train.threads));
+    const auto r = bench_train(cfg, train_steps, train_warmup);
+    const auto& m = r.config.model;
+    const auto args = fmt::format(
+        "--d {} --layers {} --heads {} --kv-heads {} --experts {} --top-k {} --expert-hidden {} --vocab {} "
+        "--batch {} --seq {} --steps {} --warmup {} --threads {} --lr {} --weight-decay {}",
+        m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.moe.num_experts, m.moe.top_k, m.moe.expert_hidden,
+        m.vocab_size, cfg.train.batch_size, cfg.train.seq_len, train_steps, train_warmup, cfg.train.threads,
+        cfg.train.lr, cfg.train.weight_decay);
+    nlohmann::json js = {{"config", train_config},
+                         {"sgemm_gflops", r.sgemm_gflops},
+                         {"flops_per_token", r.flops_per_token},
+                         {"moeforge", {{"tokens_per_s", r.tokens_per_s}, {"model_gflops", r.model_gflops}}}};
+    std::cout << fmt::format("{:<34} {:>10} {:>14} {:>10} {:>10}\n", "implementation", "tokens/s", "model GFLOP/s",
+                             "vs sgemm", "ours vs");
+    auto row = [&](const std::string& name, double tps) {
+      const double gf = r.flops_per_token * tps / 1e9;
+      std::cout << fmt::format("{:<34} {:>10.0f} {:>14.1f} {:>9.2f}x {:>9.2f}x\n", name, tps, gf, gf / r.sgemm_gflops,
+                               r.tokens_per_s / tps);
+    };
+    row("moeforge train", r.tokens_per_s);
+    const bool moe_peer = cfg.model.ffn == "moe" && !train_peer.empty();
+    for (bool default_env : {false, true}) {
+      const std::string name = default_env ? "PyTorch (default environment)" : "PyTorch (OMP_WAIT_POLICY=PASSIVE)";
+      auto res = moe_peer ? run_peer(train_peer, args, default_env)
+                          : nlohmann::json{{"skipped", train_peer.empty() ? "--peer ''" : "the peer is an MoE LM"}};
+      js[default_env ? "pytorch_default" : "pytorch_tuned"] = res;
+      if (res.contains("tokens_per_s"))
+        row(name, res["tokens_per_s"].get<double>());
+      else
+        std::cout << fmt::format("{:<34} {}\n", name, res["skipped"].get<std::string>());
+    }
+    std::cout << fmt::format(
+        "{}: {:.1f} MFLOP per token (6 x {:.2f} M active non-embedding parameters + attention), sgemm {:.1f} GFLOP/s, "
+        "{} threads, {} timed steps after {}\n",
+        train_config, r.flops_per_token / 1e6, (r.parameters_active - m.vocab_size * m.d_model) / 1e6, r.sgemm_gflops,
+        cfg.train.threads, train_steps, train_warmup);
+    if (!train_json.empty()) write_file_atomic(train_json, js.dump(2) + "\n");
   });
 
   auto* kernels = bench->add_subcommand(

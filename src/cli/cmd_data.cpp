@@ -36,18 +36,6 @@ std::string loaded_blas() {
   return "unknown (no BLAS library mapped)";
 }
 
-double sgemm_gflops(int64_t n) {
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  torch::mm(a, b);  // warm up
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto c = torch::mm(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
-
 void doctor(int64_t threads) {
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
   const double gflops = sgemm_gflops(2048);

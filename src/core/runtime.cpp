@@ -1,5 +1,6 @@
 #include "core/runtime.h"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/timing.h"
 #include "core/util.h"
 
 namespace mf {
@@ -52,6 +54,12 @@ int64_t peak_rss_bytes() {
 void reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
   f << "5";
+}
+
+double sgemm_gflops(int64_t n) {
+  auto a = at::randn({n, n}), b = at::randn({n, n});
+  const double seconds = best_seconds(3, [&] { at::mm(a, b); });
+  return 2.0 * static_cast<double>(n * n * n) / seconds / 1e9;
 }
 
 }  // namespace mf

@@ -1,5 +1,6 @@
 // Process-level settings that decide CPU training speed (measured, see docs/benchmarks.md).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace mf {
@@ -23,5 +24,8 @@ std::string runtime_summary();
 // the current RSS (Linux: /proc/self/clear_refs), so one process can measure several phases.
 int64_t peak_rss_bytes();
 void reset_peak_rss();  // for `moeforge doctor`
+
+// Best of three n x n float32 matrix products, GFLOP/s: the machine's practical ceiling.
+double sgemm_gflops(int64_t n);
 
 }  // namespace mf

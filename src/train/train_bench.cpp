@@ -1,0 +1,55 @@
+#include "train/train_bench.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/runtime.h"
+#include "io/model_io.h"
+#include "train/trainer.h"
+
+namespace mf {
+
+double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t active_parameters) {
+  const double n = static_cast<double>(active_parameters - m.vocab_size * m.d_model);
+  const double attention = 6.0 * static_cast<double>(m.n_layers * seq_len * m.n_heads * m.head_width());
+  return 6.0 * n + attention;
+}
+
+TrainBenchResult bench_train(Config cfg, int64_t steps, int64_t warmup) {
+  // log records at the end of the warm-up and of the timed steps
+  for (auto set :
+       {fmt::format("train.steps={}", warmup + steps), fmt::format("train.log_every={}", std::gcd(warmup, steps)),
+        fmt::format("train.ckpt_every={}", warmup + steps), std::string("eval.every=0"),
+        "run.name=bench-train-" + cfg.run.name})
+    apply_override(cfg, set);
+  validate(cfg);
+  TrainBenchResult r;
+  r.sgemm_gflops = sgemm_gflops(2048);
+  TrainOptions opt;
+  opt.overwrite = true;
+  const auto result = train(cfg, opt);
+  r.run_dir = result.run_dir;
+  r.config = checkpoint_config(r.run_dir);  // resolved: the vocabulary comes from the tokenizer
+  r.parameters_active = result.summary.at("parameters_active").get<int64_t>();
+  // the rate between the log records at `warmup` and at the end (elapsed_s counts from the first step)
+  double t0 = -1, t1 = -1;
+  std::ifstream f(r.run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("elapsed_s")) continue;
+    if (j.at("step") == warmup) t0 = j.at("elapsed_s").get<double>();
+    if (j.at("step") == warmup + steps) t1 = j.at("elapsed_s").get<double>();
+  }
+  if (t0 < 0 || t1 <= t0)
+    throw std::runtime_error("bench train: the metrics of " + r.run_dir + " lack the timed steps");
+  r.tokens_per_s =
+      static_cast<double>(steps * cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum) / (t1 - t0);
+  r.flops_per_token = train_flops_per_token(r.config.model, cfg.train.seq_len, r.parameters_active);
+  r.model_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
+  return r;
+}
+
+}  // namespace mf
