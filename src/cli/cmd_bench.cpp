@@ -62,8 +62,11 @@ void register_bench_commands(CLI::App& app) {
       "with the same active FLOPs, (c) the Hugging Face style per-expert Python loop (python3-torch)");
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
   static int iters = 3, threads = 2;
-  moe->add_option("--shape", which, "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128) or all")
-      ->check(CLI::IsMember({"coarse", "fine", "all"}));
+  moe->add_option("--shape", which,
+                  "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128), finer (E=128 k=8 "
+                  "F=64), all (those three) or scaling (T=4096 d=512, E = 8..256 at fixed active width k F = 1024, "
+                  "k = E/8; no Python peer)")
+      ->check(CLI::IsMember({"coarse", "fine", "finer", "all", "scaling"}));
   moe->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
   moe->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   moe->add_option("--peer", peer, "Python peer script ('' to skip)");
@@ -72,8 +75,13 @@ void register_bench_commands(CLI::App& app) {
     at::set_num_threads(threads);
     torch::manual_seed(0);
     std::vector<Shape> shapes;
-    if (which != "fine") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
-    if (which != "coarse") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
+    if (which == "coarse" || which == "all") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
+    if (which == "fine" || which == "all") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
+    if (which == "finer" || which == "all") shapes.push_back({"finer", 4096, 512, 128, 8, 64});
+    if (which == "scaling")
+      for (int64_t E = 8; E <= 256; E *= 2)
+        shapes.push_back({fmt::format("E{}", E), 4096, 512, E, E / 8, 1024 / (E / 8)});
+    const bool with_peer = !peer.empty() && which != "scaling";
     nlohmann::json results = nlohmann::json::array();
     std::cout << fmt::format("{:<8} {:<22} {:>10} {:>10} {:>9}\n", "shape", "implementation", "tokens/s", "GFLOP/s",
                              "vs dense");
@@ -93,8 +101,8 @@ void register_bench_commands(CLI::App& app) {
       double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
       const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}",
                                     s.T, s.d, s.E, s.k, s.F, iters, threads);
-      auto peer_res = peer.empty() ? nlohmann::json{{"skipped", "--peer ''"}} : run_peer(peer, args, false);
-      auto peer_default = peer.empty() ? peer_res : run_peer(peer, args, true);
+      auto peer_res = with_peer ? run_peer(peer, args, false) : nlohmann::json{{"skipped", "no peer run"}};
+      auto peer_default = with_peer ? run_peer(peer, args, true) : peer_res;
       auto row = [&](const std::string& impl, double sec) {
         std::cout << fmt::format("{:<8} {:<22} {:>10.0f} {:>10.1f} {:>8.2f}x\n", s.name, impl, s.T / sec,
                                  flops / sec / 1e9, t_dense / sec);
@@ -111,7 +119,7 @@ void register_bench_commands(CLI::App& app) {
            {std::pair{"python loop (same env)", peer_res}, std::pair{"python loop (default)", peer_default}}) {
         if (res.contains("seconds"))
           row(impl, res["seconds"].get<double>());
-        else
+        else if (which != "scaling")
           std::cout << fmt::format("{:<8} {:<22} {}\n", s.name, impl, res["skipped"].get<std::string>());
       }
     }
