@@ -20,6 +20,7 @@
 #include "methods/unif/bench.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "serve/generate_bench.h"
 #include "train/kernel_bench.h"
 #include "train/loss_bench.h"
 #include "train/train_bench.h"
@@ -363,6 +364,54 @@ void register_bench_commands(CLI::App& app) {
         train_config, r.flops_per_token / 1e6, (r.parameters_active - m.vocab_size * m.d_model) / 1e6, r.sgemm_gflops,
         cfg.train.threads, train_steps, train_warmup);
     if (!train_json.empty()) write_file_atomic(train_json, js.dump(2) + "\n");
+  });
+
+  auto* gen = bench->add_subcommand(
+      "generate",
+      "greedy decoding with the KV cache at batch 1 and 8 against the memory-bandwidth bound and the same model "
+      "decoded in PyTorch (python3-torch)");
+  static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py", gen_json;
+  static int64_t gen_prompt = 16, gen_tokens = 128;
+  gen->add_option("source", gen_source, "a TOML config (random weights of that shape) or a checkpoint")
+      ->capture_default_str();
+  gen->add_option("--prompt", gen_prompt, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  gen->add_option("--tokens", gen_tokens, "new tokens per row")->capture_default_str()->check(CLI::PositiveNumber);
+  gen->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  gen->add_option("--peer", gen_peer, "Python peer script ('' to skip)")->capture_default_str();
+  gen->add_option("--json", gen_json, "also write the results as JSON");
+  gen->callback([] {
+    at::set_num_threads(threads);
+    const auto r = bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8});
+    const auto& m = r.config.model;
+    nlohmann::json peer = nlohmann::json{{"skipped", "--peer ''"}};
+    if (!gen_peer.empty() && m.ffn == "moe")
+      peer = run_peer(gen_peer,
+                      fmt::format("--d {} --layers {} --heads {} --kv-heads {} --experts {} --top-k {} "
+                                  "--expert-hidden {} --vocab {} --prompt {} --new-tokens {} --threads {}",
+                                  m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.moe.num_experts, m.moe.top_k,
+                                  m.moe.expert_hidden, m.vocab_size, gen_prompt, gen_tokens, threads),
+                      false);
+    nlohmann::json js = {{"source", gen_source},
+                         {"weight_bytes_per_step", r.weight_bytes_per_step},
+                         {"bandwidth_gbs", r.bandwidth_gbs},
+                         {"bound_tokens_per_s", r.bound_tokens_per_s},
+                         {"pytorch", peer}};
+    std::cout << fmt::format("{:<6} {:>16} {:>18} {:>14}\n", "batch", "ours tokens/s", "PyTorch tokens/s",
+                             "ours vs PyTorch");
+    for (const auto& row : r.rows) {
+      const auto key = fmt::format("batch{}_tokens_per_s", row.batch);
+      const double theirs = peer.contains(key) ? peer[key].get<double>() : 0;
+      std::cout << fmt::format("{:<6} {:>16.1f} {:>18} {:>14}\n", row.batch, row.tokens_per_s,
+                               theirs > 0 ? fmt::format("{:.1f}", theirs) : "-",
+                               theirs > 0 ? fmt::format("{:.2f}x", row.tokens_per_s / theirs) : "-");
+      js["moeforge"][key] = row.tokens_per_s;
+    }
+    if (!peer.contains("torch")) std::cout << "PyTorch: " << peer.value("skipped", "") << "\n";
+    std::cout << fmt::format(
+        "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
+        "{} prompt + {} new tokens, greedy, {} threads\n",
+        r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, gen_prompt, gen_tokens, threads);
+    if (!gen_json.empty()) write_file_atomic(gen_json, js.dump(2) + "\n");
   });
 
   auto* kernels = bench->add_subcommand(

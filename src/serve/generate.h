@@ -17,6 +17,12 @@ struct SamplingOptions {
 // Returns only the newly generated token ids.
 std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt);
 
+// Several prompts of one length decoded together (one forward per step for the whole batch,
+// one KV cache); row r's ids stop at its first stop token. Row r samples from its own
+// generator seeded opt.seed + r, so row 0 equals generate() on that prompt.
+std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::vector<std::vector<int>>& prompts,
+                                             const SamplingOptions& opt);
+
 // Keeps the smallest set of most probable tokens whose mass reaches top_p; renormalizes.
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p);
 

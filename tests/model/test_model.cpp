@@ -275,6 +275,31 @@ TEST(Generate, SeededAndGreedyAreDeterministic) {
   EXPECT_EQ(greedy[0], logits[0][2].argmax().item<int64_t>());
 }
 
+TEST(Generate, BatchRowsEqualSingleGenerations) {
+  auto m = make_model(tiny());
+  const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {7, 7, 7}, {30, 0, 12}};
+  for (double temperature : {0.0, 0.9}) {
+    SamplingOptions o;
+    o.max_tokens = 6;
+    o.temperature = temperature;
+    const auto batch = generate_batch(m, prompts, o);
+    ASSERT_EQ(batch.size(), prompts.size());
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      auto single = o;
+      single.seed = o.seed + r;  // row r samples with its own generator
+      EXPECT_EQ(batch[r], generate(m, prompts[r], single)) << "row " << r << " temperature " << temperature;
+    }
+  }
+  SamplingOptions o;  // a row stops at its stop token, the others go on
+  o.temperature = 0;
+  o.max_tokens = 5;
+  const auto free_run = generate_batch(m, prompts, o);
+  o.stop_token = free_run[1][1];
+  const auto stopped = generate_batch(m, prompts, o);
+  EXPECT_EQ(stopped[1].size(), free_run[1][0] == o.stop_token ? 0u : 1u);
+  EXPECT_THROW(generate_batch(m, {{1, 2}, {1}}, o), std::invalid_argument);
+}
+
 namespace {
 ModelConfig tiny_vit(const std::string& ffn = "gelu") {
   auto c = test::small_model(0, 16, 2, 4, 4);

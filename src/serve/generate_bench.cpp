@@ -1,0 +1,61 @@
+#include "serve/generate_bench.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "core/timing.h"
+#include "io/model_io.h"
+#include "serve/generate.h"
+
+namespace mf {
+namespace {
+
+double copy_bandwidth_gbs() {
+  auto a = torch::rand({64 << 20}), b = torch::empty_like(a);  // 256 MB each
+  const double s = best_seconds(3, [&] { b.copy_(a); });
+  return 2.0 * static_cast<double>(a.numel() * 4) / s / 1e9;
+}
+
+}  // namespace
+
+GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
+                                   const std::vector<int64_t>& batches) {
+  GenerateBenchResult r;
+  TransformerLM model{nullptr};
+  if (source.size() > 5 && source.substr(source.size() - 5) == ".toml") {
+    r.config = load_config(source);
+    r.config.model.vocab_size = r.config.data.vocab_size;
+    model = TransformerLM(r.config.model);
+    model->init_weights(r.config.train.seed);
+  } else {
+    auto l = load_model(source);
+    r.config = l.cfg;
+    model = l.model;
+  }
+  const auto counts = model->param_counts();
+  r.weight_bytes_per_step = 4.0 * static_cast<double>(counts.active - counts.embedding);
+  r.bandwidth_gbs = copy_bandwidth_gbs();
+  r.bound_tokens_per_s = r.bandwidth_gbs * 1e9 / r.weight_bytes_per_step;
+  SamplingOptions o;
+  o.temperature = 0;  // greedy: no sampling cost, every row runs to the end
+  o.max_tokens = new_tokens;
+  for (int64_t batch : batches) {
+    std::vector<std::vector<int>> prompts;
+    for (int64_t b = 0; b < batch; ++b) {
+      prompts.emplace_back();
+      for (int64_t t = 0; t < prompt_len; ++t)
+        prompts.back().push_back(static_cast<int>((7 * t + 13 * b + 1) % r.config.model.vocab_size));
+    }
+    generate_batch(model, prompts, o);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = generate_batch(model, prompts, o);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t produced = 0;
+    for (auto& row : out) produced += static_cast<int64_t>(row.size());
+    r.rows.push_back({batch, static_cast<double>(produced) / s});
+  }
+  return r;
+}
+
+}  // namespace mf
