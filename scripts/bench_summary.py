@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Medians and spreads (min-max) over the runs of scripts/bench_all.sh, as Markdown tables."""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def load(pattern):
+    return [json.load(open(f)) for f in sorted(glob.glob(pattern))]
+
+
+def num(v):
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def stat(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return num(values[0])
+    return f"{num(statistics.median(values))} ({num(min(values))}-{num(max(values))})"
+
+
+def main(d):
+    runs = load(os.path.join(d, "moe_*.json"))
+    print(f"## MoE layer, forward + backward ({len(runs)} runs: median (min-max))\n")
+    print("| shape | implementation | tokens/s | GFLOP/s | vs dense |\n|---|---|---|---|---|")
+    keys = []
+    for r in runs[0] if runs else []:
+        keys.append((r["shape"], r["impl"]))
+    for shape, impl in keys:
+        rows = [x for run in runs for x in run if x["shape"] == shape and x["impl"] == impl]
+        print(f"| {shape} | {impl} | {stat([x['tokens_per_s'] for x in rows])} | "
+              f"{stat([x['gflops'] for x in rows])} | {stat([x['vs_dense'] for x in rows])} |")
+    scaling = load(os.path.join(d, "scaling.json"))
+    if scaling:
+        print("\n## Scaling: E = 8..256 at fixed active width k F = 1024 (one run)\n")
+        print("| E | MoE ms | dense ms | vs dense |\n|---|---|---|---|")
+        for shape in dict.fromkeys(x["shape"] for x in scaling[0]):
+            moe = next(x for x in scaling[0] if x["shape"] == shape and x["impl"].startswith("moeforge"))
+            dense = next(x for x in scaling[0] if x["shape"] == shape and x["impl"].startswith("dense"))
+            print(f"| {shape[1:]} | {1e3 * moe['seconds']:.1f} | {1e3 * dense['seconds']:.1f} | {moe['vs_dense']:.2f}x |")
+    runs = load(os.path.join(d, "kernels_*.json"))
+    print(f"\n## Kernels vs their LibTorch compositions ({len(runs)} runs)\n")
+    print("| kernel | shape | ours ms | LibTorch ms | speed-up | max abs diff |\n|---|---|---|---|---|---|")
+    for i, k in enumerate(runs[0] if runs else []):
+        rows = [run[i] for run in runs]
+        print(f"| {k['kernel']} | {k['shape']} | {stat([1e3 * r['ours_s'] for r in rows])} | "
+              f"{stat([1e3 * r['libtorch_s'] for r in rows])} | "
+              f"{stat([r['libtorch_s'] / r['ours_s'] for r in rows])} | {max(r['max_abs_diff'] for r in rows):.2e} |")
+    runs = load(os.path.join(d, "unif_*.json"))
+    if runs:
+        print(f"\n## UniF-MoE layer vs top-2 ({len(runs)} runs)\n")
+        print("| input scale | layer | mean C_B | inference ms | fwd+bwd ms | inference vs top-2 | C_B / top-2 |\n"
+              "|---|---|---|---|---|---|---|")
+        for i, row in enumerate(runs[0]):
+            rows = [run[i] for run in runs]
+            print(f"| {row.get('input_scale')} | {row.get('layer')} | {row.get('mean_blocks', 0):.2f} | "
+                  f"{stat([1e3 * r['infer_seconds'] for r in rows])} | {stat([1e3 * r['train_seconds'] for r in rows])} | "
+                  f"{stat([r['infer_vs_top2'] for r in rows])} | {row['blocks_vs_top2']:.2f} |")
+    runs = load(os.path.join(d, "train_*.json"))
+    if runs:
+        print(f"\n## Training step ({len(runs)} runs)\n")
+        ours = [r["moeforge"]["tokens_per_s"] for r in runs]
+        print("| | tokens/s | model GFLOP/s / sgemm | ours vs it |\n|---|---|---|---|")
+        print(f"| moeforge | {stat(ours)} | {stat([r['moeforge']['model_gflops'] / r['sgemm_gflops'] for r in runs])} | |")
+        for key, name in (("pytorch_tuned", "PyTorch, OMP_WAIT_POLICY=PASSIVE"), ("pytorch_default", "PyTorch, default")):
+            tps = [r[key].get("tokens_per_s") for r in runs]
+            print(f"| {name} | {stat(tps)} | | {stat([o / t for o, t in zip(ours, tps) if t])} |")
+    runs = load(os.path.join(d, "generate_*.json"))
+    if runs:
+        print(f"\n## Generation, greedy with the KV cache ({len(runs)} runs)\n")
+        print("| batch | ours tokens/s | PyTorch tokens/s | ours vs PyTorch | bandwidth bound (batch 1) |\n|---|---|---|---|---|")
+        for b in (1, 8):
+            k = f"batch{b}_tokens_per_s"
+            ours = [r["moeforge"][k] for r in runs]
+            theirs = [r["pytorch"].get(k) for r in runs]
+            print(f"| {b} | {stat(ours)} | {stat(theirs)} | {stat([o / t for o, t in zip(ours, theirs) if t])} | "
+                  f"{stat([r['bound_tokens_per_s'] for r in runs]) if b == 1 else ''} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench_results")
