@@ -98,6 +98,14 @@ expect_ok "loss.svg" -- "$MF" plot runs/smoke
 grep -q "<polyline" runs/smoke/loss.svg || fail "loss.svg has no curves"
 expect_ok "train.grad_accum" -- "$MF" config --markdown
 
+# profiling, and the benchmarks' plumbing on tiny shapes (their figures: docs/benchmarks.md)
+"$MF" train tiny.toml --set run.name=prof --profile 2 > prof.txt 2>&1 || { cat prof.txt; fail "train --profile"; }
+grep -q "aten::mm" runs/prof/profile.txt || fail "profile table"
+[ -s runs/prof/profile.json ] || fail "profile trace"
+expect_ok "model GFLOP/s" -- "$MF" bench train tiny.toml --steps 2 --warmup 2 --peer ''
+expect_ok "bandwidth bound" -- "$MF" bench generate tiny.toml --tokens 3 --peer ''
+expect_ok "AdamW step" -- "$MF" bench kernels --iters 1
+
 # damaged checkpoint: exit 3 with the file named
 cp -r "$CK" broken && head -c 100 "$CK/model.safetensors" > broken/model.safetensors
 expect_fail 3 "broken/model.safetensors" -- "$MF" info broken
