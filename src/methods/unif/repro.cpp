@@ -232,8 +232,10 @@ ReproResult unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   };
   // "a is better than b" on quality: accuracy up (vision) or validation loss down (LM)
   auto better = [&](const std::string& text, const std::string& a, const std::string& b) {
-    return vision ? direction(text + " (accuracy difference)", diff(a, b, &Measured::accuracy), true, " points", 100)
-                  : direction(text + " (validation loss difference)", diff(b, a, &Measured::loss), true, " nats", 1);
+    if (vision)
+      return direction(text + " (accuracy difference)", diff(a, b, &Measured::accuracy), true, " points", 100);
+    return report_direction(md, js, text + " (validation loss difference: the other arm's minus UniF-MoE's)",
+                            diff(b, a, &Measured::loss), true, " nats", 1, 4);
   };
   better("UniF-MoE is better than top-2", "unif", "top2");
   direction("UniF-MoE activates fewer blocks than top-2", diff("unif", "top2", &Measured::blocks), false, " blocks", 1);
