@@ -274,7 +274,9 @@ TEST(Checkpoint, WritesAtomicallyAndReadsBack) {
 // config, tests/fixtures/pre_layout/, made by that commit's code) load and give the logits they
 // gave then: a vanilla MoE with aux-free bias and a shared expert, UniPool with NormRouter and
 // pool loss (G = 2), and LatentMoE with four different latent shapes under a sigmoid router.
-TEST(ModelIO, PreLayoutCheckpointsGiveIdenticalLogits) {
+// Up to float32 reassociation: the engine's kernels have since changed their summation order
+// (moe/combine, model/small_attention; ~1e-7 here), while a misplaced tensor moves logits by O(1).
+TEST(ModelIO, PreLayoutCheckpointsGiveTheirLogits) {
   const std::string dir = std::string(std::getenv("MOEFORGE_SOURCE_DIR")) + "/tests/fixtures/pre_layout/";
   for (std::string name : {"vanilla_bias", "unipool", "latent"}) {
     auto st = load_safetensors(dir + name + ".model.safetensors");
@@ -288,7 +290,7 @@ TEST(ModelIO, PreLayoutCheckpointsGiveIdenticalLogits) {
     torch::NoGradGuard g;
     auto expected = load_safetensors(dir + name + ".logits.safetensors");
     auto logits = m->forward(expected.at("tokens"));
-    EXPECT_TRUE(torch::equal(logits, expected.at("logits")))
+    EXPECT_TRUE(torch::allclose(logits, expected.at("logits"), 1e-5, 1e-5))
         << name << ": max diff " << (logits - expected.at("logits")).abs().max().item<double>();
   }
 }
