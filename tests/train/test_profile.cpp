@@ -1,7 +1,8 @@
-// train --profile: operator self times from a Chrome trace, by hand.
+// train --profile: operator self times from a Chrome trace, by hand; bench train's FLOP count.
 #include <gtest/gtest.h>
 
 #include "train/profile.h"
+#include "train/train_bench.h"
 
 using namespace mf;
 
@@ -34,4 +35,16 @@ TEST(Profile, SelfTimeSubtractsChildrenPerThread) {
   const auto c_row = table.substr(table.find("\nC "), table.find('\n', table.find("\nC ") + 1) - table.find("\nC "));
   EXPECT_NE(c_row.find(" 0.05 "), std::string::npos) << table;  // 100 us over 2 steps, in ms
   EXPECT_NE(c_row.find("50.0%"), std::string::npos) << table;   // of 200 us in all
+}
+
+TEST(TrainBench, FlopsPerTokenByHand) {
+  // 6 x (active - embedding table) + 6 L T H Dh: d = 8, V = 10, L = 2, 2 heads of width 4, T = 16;
+  // active 1,000 -> 6 x (1,000 - 80) + 6 x 2 x 16 x 2 x 4 = 5,520 + 1,536
+  ModelConfig m;
+  m.d_model = 8;
+  m.vocab_size = 10;
+  m.n_layers = 2;
+  m.n_heads = 2;
+  m.n_kv_heads = 2;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(m, 16, 1000), 7056.0);
 }
