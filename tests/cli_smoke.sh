@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
+for cmd in data doctor train plot report config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -128,6 +128,16 @@ expect_exact_resume moe "${MOE[@]}"
 # UMoE: REAP saliency (whole model, layer by layer, a text file), surgery, domain fine-tune, errors
 expect_ok "lowest-saliency 50 %" -- "$MF" saliency runs/moe --calib technical --samples 4
 [ -s "$(ls -d runs/moe/checkpoints/step_* | tail -1)/saliency_technical.svg" ] || fail "saliency svg"
+# the run report: written by train, and for several runs; loaded in headless chromium (console
+# errors, every panel drawn, hover, sorting); the screenshot stays in the work dir as an artifact
+[ -s runs/moe/report.html ] || fail "train did not write runs/moe/report.html"
+expect_ok "wrote report.html" -- "$MF" report runs/smoke runs/moe -o report.html
+grep -q "saliency_technical.svg" report.html || fail "report lacks the saliency picture of the checkpoint"
+mkdir -p notarun && expect_fail 1 "not a run directory" -- "$MF" report notarun -o bad.html
+node "$SRC/tests/analysis/report_browser.js" report.html report.png \
+  summary,config,loss,optim,kind:balance,kind:usage,kind:aux,kind:method,kind:artifacts > browser.txt 2>&1 ||
+  { cat browser.txt; fail "report in the browser"; }
+[ -s report.png ] || fail "no report screenshot"
 expect_ok "layer-by-layer: peak RSS" -- "$MF" saliency runs/moe --calib technical --samples 4 --layerwise -o sal_lw
 grep -q '"saliency"' sal_lw.json || fail "saliency json"
 echo "The quick brown fox jumps over the lazy dog, and the dog sleeps in the warm afternoon sun." > calib.txt

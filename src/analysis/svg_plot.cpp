@@ -25,13 +25,14 @@ double nice_step(double lo, double hi, int target) {
   return 10 * mag;
 }
 
-std::string escape(const std::string& s) {
+}  // namespace
+
+std::string xml_escape(const std::string& s) {
   std::string o;
-  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+  for (char c : s)
+    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return o;
 }
-
-}  // namespace
 
 static std::string svg_header(int width, int height, double title_x, const std::string& title);
 
@@ -77,9 +78,9 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
   svg +=
       fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", L, T, pw, ph);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, opt.height - 10,
-                     escape(opt.x_label));
+                     xml_escape(opt.x_label));
   svg += fmt::format("<text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", T + ph / 2,
-                     escape(opt.y_label));
+                     xml_escape(opt.y_label));
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
     const char* color = kColors[k % (sizeof kColors / sizeof *kColors)];
@@ -100,7 +101,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>"
         "<text x=\"{}\" y=\"{}\">{}</text>\n",
         L + pw + 12, ly, L + pw + 36, ly, color, s.dashed ? " stroke-dasharray=\"6 3\"" : "", L + pw + 42, ly + 4,
-        escape(s.name));
+        xml_escape(s.name));
   }
   return svg + "</svg>\n";
 }
@@ -110,7 +111,7 @@ static std::string svg_header(int width, int height, double title_x, const std::
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
       "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
-      width, height, title_x, escape(title));
+      width, height, title_x, xml_escape(title));
 }
 
 static std::string blue(double t) {  // t in [0, 1]: white -> #08306b
@@ -135,7 +136,7 @@ std::string heatmap_svg(const std::vector<std::vector<double>>& values, const He
                          L + cell_w * c, T + cell_h * r, cell_w + 0.05, cell_h + 0.05, blue(values[r][c] / vmax));
     std::string label = r < opt.row_labels.size() ? opt.row_labels[r] : std::to_string(r);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", L - 6, T + cell_h * (r + 0.5) + 4,
-                       escape(label));
+                       xml_escape(label));
   }
   const double step = nice_step(0, static_cast<double>(cols), 10);
   for (double v = 0; v < static_cast<double>(cols); v += step)
@@ -144,16 +145,16 @@ std::string heatmap_svg(const std::vector<std::vector<double>>& values, const He
   svg +=
       fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", L, T, pw, ph);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, H - 10,
-                     escape(opt.x_label));
+                     xml_escape(opt.x_label));
   svg += fmt::format("<text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", T + ph / 2,
-                     escape(opt.y_label));
+                     xml_escape(opt.y_label));
   for (int i = 0; i < 50; ++i)  // colour bar
     svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"14\" height=\"{:.2f}\" fill=\"{}\"/>", L + pw + 20,
                        T + ph * (49 - i) / 50.0, ph / 50.0 + 0.05, blue(i / 49.0));
   svg += fmt::format("\n<text x=\"{}\" y=\"{}\">{:.3g}</text><text x=\"{}\" y=\"{}\">0</text>", L + pw + 38, T + 10,
                      vmax, L + pw + 38, T + ph);
-  svg +=
-      fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", L + pw + 14, T - 6, escape(opt.value_label));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", L + pw + 14, T - 6,
+                     xml_escape(opt.value_label));
   return svg + "</svg>\n";
 }
 
@@ -186,9 +187,9 @@ std::string bar_chart_svg(const std::vector<double>& values, const ChartOptions&
   svg += fmt::format("\n<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", L, T, pw,
                      ph);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, opt.height - 10,
-                     escape(opt.x_label));
+                     xml_escape(opt.x_label));
   svg += fmt::format("<text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", T + ph / 2,
-                     escape(opt.y_label));
+                     xml_escape(opt.y_label));
   return svg + "</svg>\n";
 }
 

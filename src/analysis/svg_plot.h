@@ -6,6 +6,9 @@
 
 namespace mf {
 
+// &, <, > and " as entities: text for SVG or HTML.
+std::string xml_escape(const std::string& s);
+
 struct Series {
   std::string name;
   std::vector<double> x, y;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "analysis/report.h"
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
@@ -79,6 +80,7 @@ void register_train_commands(CLI::App& app) {
     };
     auto result = train(cfg, opt);
     plot_run_losses(result.run_dir);
+    write_report({result.run_dir}, result.run_dir + "/report.html");
     print_summary(result);
   });
 
@@ -86,6 +88,23 @@ void register_train_commands(CLI::App& app) {
   static std::string plot_dir;
   pl->add_option("run_dir", plot_dir, "run directory (holds metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
   pl->callback([] { std::cout << "wrote " << plot_run_losses(plot_dir) << "\n"; });
+
+  auto* rp = app.add_subcommand(
+      "report",
+      "one self-contained HTML page of one run or several overlaid (loss, learning rate, gradient norm, throughput, "
+      "per MoE layer balance / usage / aux losses, method panels, the analyses' pictures); works on a run that is "
+      "still training");
+  static std::vector<std::string> report_runs;
+  static std::string report_out = "report.html", report_title;
+  rp->add_option("runs", report_runs, "run directories (hold metrics.jsonl and config.toml)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  rp->add_option("-o,--out", report_out, "the HTML file to write")->capture_default_str();
+  rp->add_option("--title", report_title, "page title (default: the run names)");
+  rp->callback([] {
+    write_report(report_runs, report_out, report_title);
+    std::cout << "wrote " << report_out << "\n";
+  });
 
   auto* cf = app.add_subcommand("config", "print the resolved config (file + --set) as TOML, or the schema");
   static std::string show_path;

@@ -149,6 +149,7 @@ struct DataConfig {
   int64_t val_images = 5000;  // the last training images form the validation split
   bool augment = true;        // random crop (crop_padding-pixel padding) and horizontal flip
   int64_t crop_padding = 2;
+  double erase_prob = 0.0;  // random erasing (Zhong et al. 2017): probability per image
 };
 
 struct TrainConfig {
@@ -161,6 +162,7 @@ struct TrainConfig {
   double min_lr_ratio = 0.1;
   int64_t warmup_steps = 50;
   double weight_decay = 0.1;
+  double label_smoothing = 0.0;  // classify: training targets (1 - eps) one-hot + eps / C
   bool decay_embeddings = false;
   double beta1 = 0.9;
   double beta2 = 0.95;

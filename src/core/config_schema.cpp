@@ -110,6 +110,10 @@ std::vector<KeySpec> build_schema() {
           "classify: random crop after zero padding (data.crop_padding pixels), and horizontal flip"),
       key("data.crop_padding", &C::data, &DataConfig::crop_padding,
           "classify, with data.augment: the largest shift in pixels (0 = flips only)", 0, 16),
+      key("data.erase_prob", &C::data, &DataConfig::erase_prob,
+          "classify, with data.augment: probability that an image has a random rectangle (2-40 % of its "
+          "area, aspect 0.3-3.3) set to the mean pixel (random erasing)",
+          0, 1),
 
       key("train.seed", &C::train, &TrainConfig::seed, "seed for init and data order", 0, 9e15),
       key("train.steps", &C::train, &TrainConfig::steps, "optimizer steps", 1, 1e12),
@@ -121,6 +125,8 @@ std::vector<KeySpec> build_schema() {
           "final LR of the cosine schedule as a fraction of the peak", 0, 1),
       key("train.warmup_steps", &C::train, &TrainConfig::warmup_steps, "linear warmup steps", 0, 1e12),
       key("train.weight_decay", &C::train, &TrainConfig::weight_decay, "AdamW decoupled weight decay", 0, 10),
+      key("train.label_smoothing", &C::train, &TrainConfig::label_smoothing,
+          "classify: training targets are (1 - eps) one-hot + eps / classes (evaluation loss is unsmoothed)", 0, 0.99),
       key("train.decay_embeddings", &C::train, &TrainConfig::decay_embeddings,
           "apply weight decay to the token embedding too"),
       key("train.beta1", &C::train, &TrainConfig::beta1, "AdamW beta1", 0, 1),

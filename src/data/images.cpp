@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/util.h"
 #include "data/idx.h"
 
@@ -53,8 +55,24 @@ const std::vector<std::string>& ImageDataset::class_names() {
   return n;
 }
 
-ImageSampler::ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad)
-    : data_(data), seed_(seed), augment_(augment), pad_(pad) {}
+ImageSampler::ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad, double erase)
+    : data_(data), seed_(seed), augment_(augment), pad_(pad), erase_(erase) {}
+
+void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
+  const int64_t H = image_HW.size(0), W = image_HW.size(1);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double area = (0.02 + 0.38 * rng.uniform()) * static_cast<double>(H * W);
+    const double aspect = std::exp(std::log(0.3) + (std::log(1 / 0.3) - std::log(0.3)) * rng.uniform());
+    const auto h = static_cast<int64_t>(std::lround(std::sqrt(area * aspect)));
+    const auto w = static_cast<int64_t>(std::lround(std::sqrt(area / aspect)));
+    if (h < 1 || w < 1 || h > H || w > W) continue;
+    const auto y = static_cast<int64_t>(rng.below(static_cast<uint64_t>(H - h + 1)));
+    const auto x = static_cast<int64_t>(rng.below(static_cast<uint64_t>(W - w + 1)));
+    image_HW = image_HW.clone();
+    image_HW.narrow(0, y, h).narrow(1, x, w).fill_(fill);
+    return;
+  }
+}
 
 ImageBatch ImageSampler::sample(int64_t step, int64_t micro, int64_t batch_size) const {
   const auto& train = data_.split("train");
@@ -72,6 +90,8 @@ ImageBatch ImageSampler::sample(int64_t step, int64_t micro, int64_t batch_size)
       const bool flip = rng.below(2) == 1;
       img = at::constant_pad_nd(img, {pad_, pad_, pad_, pad_}, 0).narrow(0, dy, H).narrow(1, dx, W);
       if (flip) img = img.flip({1});
+      if (erase_ > 0 && rng.uniform() < erase_)
+        erase_rectangle(img, rng, static_cast<uint8_t>(std::lround(data_.mean * 255)));
     }
     images.push_back(img);
   }

@@ -11,6 +11,8 @@
 
 namespace mf {
 
+struct SplitMix64;
+
 struct ImageSplit {
   at::Tensor images;  // uint8 [N, H, W]
   at::Tensor labels;  // int64 [N]
@@ -38,10 +40,11 @@ class ImageDataset {
 
 // Training batches: batch (step, micro) depends only on (seed, step, micro), so a resumed run
 // sees the same images. With `augment`, each image is shifted by up to `pad` pixels (zero
-// padding, then a random crop) and flipped horizontally with probability 1/2.
+// padding, then a random crop) and flipped horizontally with probability 1/2, then with
+// probability `erase` a random rectangle is set to the mean pixel (random erasing).
 class ImageSampler {
  public:
-  ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad = 2);
+  ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad = 2, double erase = 0);
   ImageBatch sample(int64_t step, int64_t micro, int64_t batch_size) const;
 
  private:
@@ -49,7 +52,13 @@ class ImageSampler {
   uint64_t seed_;
   bool augment_;
   int64_t pad_;
+  double erase_;
 };
+
+// Random erasing (Zhong et al. 2017, sl = 0.02, sh = 0.4, r1 = 0.3): a rectangle of area
+// fraction U(0.02, 0.4) and aspect ratio log-uniform in [0.3, 1/0.3], retried until it fits,
+// set to `fill`. Draws from `rng` only.
+void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill);
 
 // Images [begin, begin + count) of a split, unaugmented (evaluation).
 ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count);

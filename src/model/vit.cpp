@@ -94,9 +94,10 @@ std::vector<std::shared_ptr<FeedForward>> VisionTransformerImpl::feed_forwards()
   return out;
 }
 
-torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smoothing) {
   auto l = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
-  return torch::nn::functional::cross_entropy(l, labels);
+  return torch::nn::functional::cross_entropy(
+      l, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(smoothing));
 }
 
 }  // namespace mf

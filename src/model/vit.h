@@ -74,6 +74,6 @@ class VisionTransformerImpl : public torch::nn::Module, public DeclaresParamRole
 TORCH_MODULE(VisionTransformer);
 
 // mean cross entropy in float32 (float64 stays float64); logits [B, classes], labels [B]
-torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smoothing = 0);
 
 }  // namespace mf

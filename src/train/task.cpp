@@ -65,12 +65,12 @@ class ClassifyTask : public ModelTask<VisionTransformer> {
   explicit ClassifyTask(const Config& c)
       : cfg_(c),
         data_(c.data.images_dir, c.data.val_images),
-        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment, c.data.crop_padding) {
+        sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment, c.data.crop_padding, c.data.erase_prob) {
     model_ = VisionTransformer(c.model);
   }
   at::Tensor train_loss(int64_t step, int64_t micro, AuxLosses& aux) override {
     auto batch = sampler_.sample(step, micro, cfg_.train.batch_size);
-    return classify_loss(model_->forward(batch.images, aux), batch.labels);
+    return classify_loss(model_->forward(batch.images, aux), batch.labels, cfg_.train.label_smoothing);
   }
   Evaluation evaluate(const std::string& split) override {
     auto r = evaluate_classifier(*model_, data_, split, 0, cfg_.eval.batch_size);  // the whole split

@@ -5,13 +5,17 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/version.h>
 
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 
 #include <unistd.h>
 
+#include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
@@ -26,6 +30,26 @@ namespace mf {
 namespace fs = std::filesystem;
 
 namespace {
+
+// What the run report shows of where a run ran, written before the first step.
+nlohmann::json environment_json(const Config& cfg, const ParamCounts& counts) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  return {{"started_utc", fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", utc.tm_year + 1900, utc.tm_mon + 1,
+                                      utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec)},
+          {"host", host},
+          {"cores", std::max(1u, std::thread::hardware_concurrency())},
+          {"threads", at::get_num_threads()},
+          {"moeforge", MOEFORGE_VERSION},
+          {"libtorch", TORCH_VERSION},
+          {"runtime", runtime_summary()},
+          {"parameters", counts.total},
+          {"parameters_active", counts.active},
+          {"steps_planned", cfg.train.steps}};
+}
 
 std::string rng_state_hex() {
   auto st = at::detail::getDefaultCPUGenerator().get_state();
@@ -143,6 +167,7 @@ struct Trainer {
     MetricsLog metrics((run_dir / "metrics.jsonl").string(), keep_metrics);
 
     auto counts = task->param_counts();
+    write_file_atomic((run_dir / "environment.json").string(), environment_json(cfg, counts).dump(2) + "\n");
     const auto moe = moe_layers(task->feed_forwards());
     const auto routing = routing_slots(task->feed_forwards());
     spdlog::info(

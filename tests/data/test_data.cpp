@@ -284,3 +284,27 @@ TEST(Images, AugmentationShiftsByAtMostThePaddingAndFlips) {
   }
   fs::remove_all(dir);
 }
+
+TEST(Images, RandomErasingSetsOneRectangleOfTheDocumentedSize) {
+  std::set<int64_t> areas;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SplitMix64 rng(seed);
+    auto img = torch::full({28, 28}, 200, torch::kUInt8);
+    const auto before = img.clone();
+    erase_rectangle(img, rng, 7);
+    EXPECT_TRUE(before.equal(torch::full({28, 28}, 200, torch::kUInt8))) << "the input was changed in place";
+    auto erased = img.eq(7);
+    const int64_t n = erased.sum().item<int64_t>();
+    ASSERT_GT(n, 0) << "seed " << seed;
+    EXPECT_EQ(n + img.eq(200).sum().item<int64_t>(), 784) << "other pixels changed";
+    auto rows = erased.any(1).nonzero(), cols = erased.any(0).nonzero();
+    const int64_t h = rows.max().item<int64_t>() - rows.min().item<int64_t>() + 1;
+    const int64_t w = cols.max().item<int64_t>() - cols.min().item<int64_t>() + 1;
+    EXPECT_EQ(h * w, n) << "not one filled rectangle, seed " << seed;
+    // area U(0.02, 0.4) of 784 = [15.7, 313.6], sides rounded: a little slack either way
+    EXPECT_GE(n, 9);
+    EXPECT_LE(n, 350);
+    areas.insert(n);
+  }
+  EXPECT_GT(areas.size(), 50u);  // the draws vary
+}

@@ -406,6 +406,14 @@ TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
   }
 }
 
+TEST(ViT, LabelSmoothingLossByHand) {
+  // p = softmax(ln 3, 0) = (0.75, 0.25); label 0 with eps = 0.2: targets (0.9, 0.1)
+  auto logits = torch::tensor({{std::log(3.0), 0.0}}, torch::kFloat64);
+  auto label = torch::tensor({0}, torch::kLong);
+  EXPECT_NEAR(classify_loss(logits, label, 0.2).item<double>(), -(0.9 * std::log(0.75) + 0.1 * std::log(0.25)), 1e-12);
+  EXPECT_NEAR(classify_loss(logits, label).item<double>(), -std::log(0.75), 1e-12);
+}
+
 TEST(ViT, OverfitsSixtyFourImages) {
   torch::manual_seed(4);
   auto c = tiny_vit();

@@ -1,0 +1,63 @@
+// Loads a `moeforge report` page in Debian's chromium (headless, through npm playwright-core)
+// and checks it the way a reader would: no console errors or page errors, every expected panel
+// present with non-empty plots, hover shows a tooltip, a header click sorts. Takes a
+// screenshot. Exit 0 when every check passes; each failure is printed on its own line.
+// usage: node report_browser.js REPORT_HTML SCREENSHOT_PNG PANEL[,PANEL...]
+//   PANEL: a data-panel id ("summary", "loss", ...) or kind:NAME for data-kind ("kind:usage").
+const path = require('path');
+const { chromium } = require(path.join(__dirname, '..', 'npm', 'node_modules', 'playwright-core'));
+
+(async () => {
+  const [html, png, panels] = process.argv.slice(2);
+  const failures = [];
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on('console', (m) => { if (m.type() === 'error') failures.push(`console error: ${m.text()}`); });
+    page.on('pageerror', (e) => failures.push(`page error: ${e.message}`));
+    page.on('request', (r) => { if (!r.url().startsWith('file:')) failures.push(`network request: ${r.url()}`); });
+    await page.goto('file://' + path.resolve(html));
+    await page.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 20000 })
+      .catch(() => failures.push('the page never finished drawing (body[data-ready] unset)'));
+    for (const want of panels.split(',').filter((p) => p)) {
+      const selector = want.startsWith('kind:') ? `[data-kind="${want.slice(5)}"]` : `[data-panel="${want}"]`;
+      const found = await page.$$eval(selector, (els) => els.map((e) => ({
+        marks: e.querySelectorAll('svg path, svg rect, svg circle, table td').length,
+        empty: e.querySelectorAll('svg .empty').length,
+      })));
+      if (found.length === 0) failures.push(`panel ${want}: missing`);
+      found.forEach((f, i) => {
+        if (f.marks === 0) failures.push(`panel ${want} #${i}: no plotted marks`);
+        if (f.empty > 0) failures.push(`panel ${want} #${i}: ${f.empty} chart(s) say nothing logged`);
+      });
+    }
+    // Hover over the first line chart: the tooltip appears with a value.
+    const chart = await page.$('svg.line-chart');
+    if (chart) {
+      const box = await chart.boundingBox();
+      await chart.hover({ position: { x: box.width * 0.6, y: box.height * 0.5 } });
+      const tip = await page.$eval('.tip', (t) => (t.style.display === 'block' ? t.textContent : ''));
+      if (!/\d/.test(tip)) failures.push(`hover: no tooltip with a value (got "${tip}")`);
+      await page.mouse.move(0, 0);
+    } else failures.push('no line chart on the page');
+    // Sorting: clicking a numeric header twice reverses the first column's order.
+    const th = await page.$('[data-panel="config"] table.sortable th');
+    if (th) {
+      const first = () => page.$eval('[data-panel="config"] table.sortable td', (td) => td.textContent);
+      await th.click();
+      const a = await first();
+      await th.click();
+      const b = await first();
+      if (a === b) failures.push(`sorting: the first cell stayed "${a}" after reversing the order`);
+    }
+    await page.screenshot({ path: png, fullPage: true });
+  } finally {
+    await browser.close();
+  }
+  for (const f of failures) console.log('FAIL ' + f);
+  console.log(failures.length ? `${failures.length} check(s) failed` : 'report: all browser checks passed');
+  process.exit(failures.length ? 1 : 0);
+})().catch((e) => { console.log('FAIL ' + e.message); process.exit(1); });
