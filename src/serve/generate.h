@@ -1,5 +1,6 @@
 // Autoregressive sampling with a KV cache: temperature, nucleus (top-p), seeded.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -13,6 +14,20 @@ struct SamplingOptions {
   uint64_t seed = 7;
   int stop_token = -1;  // e.g. the tokenizer's EOS
 };
+
+// One row of decode_rows: its prompt, its own sampling options (and generator, seeded
+// opt.seed), and what happens to each new token. on_token returns false to end the row there
+// (a stop string, a client that went away); a stop token or max_tokens also ends it.
+struct DecodeRow {
+  std::vector<int> prompt;
+  SamplingOptions opt;
+  std::function<bool(int token)> on_token;
+};
+
+// Rows whose prompts have one length (after truncation to the context) decoded together: one
+// forward per step for the rows still running, one KV cache; a row that ends leaves the batch
+// (its cache rows are dropped). Stops at the context length.
+void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows);
 
 // Returns only the newly generated token ids.
 std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt);

@@ -275,6 +275,34 @@ TEST(Generate, SeededAndGreedyAreDeterministic) {
   EXPECT_EQ(greedy[0], logits[0][2].argmax().item<int64_t>());
 }
 
+TEST(Generate, RowsThatEndLeaveTheBatchAndTheOthersAreUnchanged) {
+  auto m = make_model(tiny());
+  const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {7, 7, 7}, {30, 0, 12}, {4, 5, 6}};
+  const std::vector<int64_t> max_tokens = {2, 8, 0, 8};
+  std::vector<std::vector<int>> got(prompts.size());
+  std::vector<DecodeRow> rows;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    SamplingOptions o;
+    o.temperature = r == 3 ? 0.9 : 0.0;
+    o.seed = 40 + r;
+    o.max_tokens = max_tokens[r];
+    rows.push_back({prompts[r], o, [&got, r](int id) {
+                      got[r].push_back(id);
+                      return r != 1 || got[r].size() < 3;  // row 1 hangs up after 3 tokens
+                    }});
+  }
+  decode_rows(m, rows);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    auto single = rows[r].opt;
+    if (r == 1) single.max_tokens = 3;
+    EXPECT_EQ(got[r], generate(m, prompts[r], single)) << "row " << r;
+  }
+  EXPECT_EQ(got[0].size(), 2u);
+  EXPECT_EQ(got[1].size(), 3u);
+  EXPECT_TRUE(got[2].empty());
+  EXPECT_EQ(got[3].size(), 8u);
+}
+
 TEST(Generate, BatchRowsEqualSingleGenerations) {
   auto m = make_model(tiny());
   const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {7, 7, 7}, {30, 0, 12}};

@@ -1,0 +1,45 @@
+// `moeforge serve`: flags only; the server is src/serve/server.*.
+#include <ATen/Parallel.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "serve/server.h"
+
+namespace mf::cli {
+
+void register_serve_commands(CLI::App& app) {
+  auto* sv = app.add_subcommand(
+      "serve",
+      "serve a language model over HTTP: OpenAI-compatible POST /v1/completions (stream: server-sent events), "
+      "GET /v1/models, GET /health; batches concurrent requests; stops gracefully on SIGTERM / Ctrl-C");
+  static std::string ckpt;
+  static ServeOptions opt;
+  static int threads = 0;
+  sv->add_option("checkpoint", ckpt,
+                 "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
+      ->required();
+  sv->add_option("--host", opt.host, "address to listen on (the default takes local clients only)")
+      ->capture_default_str();
+  sv->add_option("--port", opt.port, "TCP port (0: any free one, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sv->add_option("--threads", threads, "intra-op threads of the model (0 = LibTorch's default)")
+      ->check(CLI::NonNegativeNumber);
+  sv->add_option("--http-threads", opt.http_threads, "connections served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sv->add_option("--max-batch", opt.max_batch, "requests decoded together")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sv->add_option("--max-body", opt.max_body, "largest request body in bytes (larger: 413)")->capture_default_str();
+  sv->add_option("--name", opt.model_name, "the model id in responses (default: the run name)");
+  sv->callback([] {
+    if (threads > 0) at::set_num_threads(threads);
+    CompletionServer server(load_model(ckpt), opt);
+    std::cout << "listening on http://" << opt.host << ":" << server.port() << std::endl;
+    serve_until_signal(server);
+  });
+}
+
+}  // namespace mf::cli

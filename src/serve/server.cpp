@@ -1,0 +1,221 @@
+#include "serve/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "serve/batcher.h"
+#include "serve/completions.h"
+
+namespace mf {
+
+struct CompletionServer::State {
+  LoadedModel loaded;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Batcher> batcher;
+  httplib::Server http;
+  std::string name;
+  int port = 0;
+  std::atomic<int64_t> next_id{1};
+};
+
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
+  send_json(res, status, error_json(status, message, param));
+}
+
+// A byte-level tokenizer may end a completion inside a character: such bytes go out as U+FFFD.
+std::string sse(const nlohmann::json& data) {
+  return "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+// Streams a job's text as it becomes final; the releaser cancels the job if the client left.
+void stream_job(httplib::Response& res, const std::shared_ptr<Job>& job, const std::string& id,
+                const std::string& model) {
+  const int64_t created = unix_now();
+  auto sent = std::make_shared<size_t>(0);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, sent, id, model, created](size_t, httplib::DataSink& sink) {
+        std::unique_lock<std::mutex> lock(job->m);
+        job->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return job->done || job->ready > *sent; });
+        std::string out;
+        if (job->ready > *sent) {
+          out += sse(chunk_json(id, created, model, job->text.substr(*sent, job->ready - *sent), ""));
+          *sent = job->ready;
+        }
+        const bool finished = job->done && *sent == job->text.size();
+        if (finished)
+          out += job->error.empty() ? sse(chunk_json(id, created, model, "", job->finish_reason))
+                                    : sse(error_json(500, job->error));
+        lock.unlock();
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          job->cancelled = true;
+          return false;
+        }
+        if (!finished && !sink.is_writable()) {
+          job->cancelled = true;
+          return false;
+        }
+        if (finished) {
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+        }
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->cancelled = true;
+      });
+}
+
+void handle_completion(CompletionServer::State& s, const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest r;
+  try {
+    r = parse_completion_request(req.body);
+  } catch (const RequestError& e) {
+    return send_error(res, e.status, e.what(), e.param);
+  }
+  if (!r.model.empty() && r.model != s.name)
+    return send_error(res, 404, fmt::format("model '{}' is not served here (this server has '{}')", r.model, s.name),
+                      "model");
+  auto job = std::make_shared<Job>();
+  job->prompt = s.tokenizer->encode(r.prompt);
+  const int64_t context = s.loaded.cfg.model.max_seq_len;
+  const auto prompt_tokens = static_cast<int64_t>(job->prompt.size());
+  if (prompt_tokens + r.max_tokens > context)
+    return send_error(res, 400,
+                      fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceed the model's context of {} tokens",
+                                  prompt_tokens, r.max_tokens, context),
+                      "max_tokens");
+  job->opt = {r.max_tokens, r.temperature, r.top_p, r.seed, s.tokenizer->eos_id()};
+  job->stops = r.stop;
+  const auto id = fmt::format("cmpl-{}", s.next_id++);
+  try {
+    s.batcher->submit(job);
+  } catch (const std::runtime_error& e) {
+    return send_error(res, 503, e.what());
+  }
+  if (r.stream) return stream_job(res, job, id, s.name);
+  std::unique_lock<std::mutex> lock(job->m);
+  job->cv.wait(lock, [&] { return job->done; });
+  if (!job->error.empty()) return send_error(res, 500, job->error);
+  send_json(res, 200,
+            completion_json(id, unix_now(), s.name, {job->text, job->finish_reason, prompt_tokens, job->tokens}));
+}
+
+}  // namespace
+
+CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) : s_(std::make_unique<State>()) {
+  auto& s = *s_;
+  s.loaded = std::move(model);
+  if (s.loaded.tokenizer.empty()) throw std::runtime_error("the model has no tokenizer file beside it to serve text");
+  s.tokenizer = std::make_unique<Tokenizer>(s.loaded.tokenizer);
+  s.name = opt.model_name.empty() ? s.loaded.cfg.run.name : opt.model_name;
+  s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch);
+  const int threads = opt.http_threads;
+  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s.http.set_payload_max_length(opt.max_body);
+  s.http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const auto st = s_->batcher->stats();
+    send_json(
+        res, 200,
+        {{"status", "ok"},
+         {"model", s_->name},
+         {"batches", st.batches},
+         {"tokens", st.tokens},
+         {"mean_rows_per_step", st.steps ? static_cast<double>(st.tokens) / static_cast<double>(st.steps) : 0.0}});
+  });
+  s.http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data",
+                {{{"id", s_->name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "moeforge"},
+                  {"context_length", s_->loaded.cfg.model.max_seq_len}}}}});
+  });
+  s.http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { handle_completion(*s_, req, res); });
+  s.http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const auto message = res.status == 413   ? "the request body exceeds the server's limit"
+                         : res.status == 404 ? fmt::format("no route {} {}", req.method, req.path)
+                                             : fmt::format("HTTP {}", res.status);
+    send_error(res, res.status, message);
+  });
+  s.http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {}
+    send_error(res, 500, what);
+  });
+  s.port =
+      opt.port == 0 ? s.http.bind_to_any_port(opt.host) : (s.http.bind_to_port(opt.host, opt.port) ? opt.port : -1);
+  if (s.port < 0)
+    throw std::runtime_error(
+        fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", opt.host, opt.port));
+}
+
+CompletionServer::~CompletionServer() {
+  stop();
+  if (s_->batcher) s_->batcher->stop();
+}
+
+int CompletionServer::port() const { return s_->port; }
+
+void CompletionServer::run() {
+  s_->http.listen_after_bind();  // returns after stop(), once the handlers in flight are done
+  s_->batcher->stop();
+  const auto st = s_->batcher->stats();
+  spdlog::info("served {} tokens in {} batches (mean {:.2f} rows per step)", st.tokens, st.batches,
+               st.steps ? static_cast<double>(st.tokens) / static_cast<double>(st.steps) : 0.0);
+}
+
+void CompletionServer::stop() { s_->http.stop(); }
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void serve_until_signal(CompletionServer& server) {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  std::atomic<bool> served{false};
+  std::thread watcher([&] {  // a signal handler may not call stop(): this thread does
+    while (!served && g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (served) return;
+    spdlog::info("{}: finishing the requests in flight, then stopping",
+                 g_stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.stop();
+  });
+  server.run();
+  served = true;
+  watcher.join();
+}
+
+}  // namespace mf
