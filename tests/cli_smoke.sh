@@ -59,7 +59,7 @@ name = "smoke"
 TOML
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot report config eval generate info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
+for cmd in data doctor train plot report config eval generate serve info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
@@ -88,6 +88,28 @@ expect_ok '"parameters"' -- "$MF" info runs/smoke --json
 "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --seed 3 > g1.txt || fail "generate"
 "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --seed 3 > g2.txt
 cmp -s g1.txt g2.txt || fail "seeded generation is not reproducible"
+
+# the HTTP server: greedy completion == generate, a JSON 400, graceful exit on SIGTERM
+"$MF" serve runs/smoke --port 0 > serve.out 2>&1 &
+SERVER=$!
+for _ in $(seq 100); do grep -q "listening on" serve.out && break; sleep 0.1; done
+URL=$(grep -o "http://[0-9.:]*" serve.out) || { cat serve.out; fail "serve did not start"; }
+"$MF" generate runs/smoke --prompt "The" --max-tokens 6 --temperature 0 > greedy.txt 2>/dev/null || fail "greedy generate"
+node -e '
+  const [url, want] = process.argv.slice(1);
+  const post = (b) => fetch(url + "/v1/completions", {method: "POST", headers: {"Content-Type": "application/json"}, body: b});
+  (async () => {
+    const ok = await (await post(JSON.stringify({prompt: "The", max_tokens: 6, temperature: 0}))).json();
+    if ("The" + ok.choices[0].text + "\n" !== want) throw new Error("server " + JSON.stringify(ok) + " vs generate " + want);
+    const bad = await post("{oops");
+    if (bad.status !== 400 || !(await bad.json()).error.message) throw new Error("malformed JSON got " + bad.status);
+    if ((await (await fetch(url + "/health")).json()).status !== "ok") throw new Error("health");
+  })().catch((e) => { console.error(e.message); process.exit(1); });
+' "$URL" "$(cat greedy.txt)"$'\n' || { kill $SERVER; fail "serve answers"; }
+kill -TERM $SERVER
+wait $SERVER || fail "serve did not exit 0 on SIGTERM: $(cat serve.out)"
+grep -q "SIGTERM: finishing" serve.out || fail "no graceful-shutdown line"
+expect_fail 1 "cannot listen" -- "$MF" serve runs/smoke --host 203.0.113.7 --port 8099
 
 # config errors: exit 2, key path and hint
 printf '[train]\nstep = 3\n' > bad.toml

@@ -1,4 +1,4 @@
-// `moeforge bench train | generate | kernels`: the performance benchmarks beside their
+// `moeforge bench train | generate | serve | kernels`: the performance benchmarks beside their
 // baselines (the sgemm ceiling, the bandwidth bound, PyTorch peers, LibTorch compositions).
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -10,6 +10,7 @@
 #include "cli/peer.h"
 #include "core/util.h"
 #include "serve/generate_bench.h"
+#include "serve/serve_bench.h"
 #include "train/kernel_bench.h"
 #include "train/train_bench.h"
 
@@ -118,6 +119,44 @@ void add_performance_benches(CLI::App* bench) {
         "{} prompt + {} new tokens, greedy, {} threads\n",
         r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, gen_prompt, gen_tokens, threads);
     if (!gen_json.empty()) write_file_atomic(gen_json, js.dump(2) + "\n");
+  });
+
+  auto* sv = bench->add_subcommand(
+      "serve", "the HTTP server under concurrent clients on loopback: tokens/s, latency p50/p95, rows per step");
+  static std::string serve_source = "configs/quickstart.toml", serve_json;
+  static std::vector<int64_t> serve_clients = {1, 4, 16};
+  static int64_t serve_requests = 4, serve_tokens = 32;
+  sv->add_option("source", serve_source, "a TOML config (random weights of that shape) or a checkpoint")
+      ->capture_default_str();
+  sv->add_option("--clients", serve_clients, "concurrent clients, one round each")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sv->add_option("--requests", serve_requests, "requests per client, one after another")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sv->add_option("--tokens", serve_tokens, "max_tokens per request")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  sv->add_option("--json", serve_json, "also write the results as JSON");
+  sv->callback([] {
+    at::set_num_threads(threads);
+    nlohmann::json js = nlohmann::json::array();
+    std::cout << fmt::format("{:>7} {:>9} {:>8} {:>10} {:>9} {:>9} {:>14}\n", "clients", "requests", "tokens",
+                             "tokens/s", "p50 ms", "p95 ms", "rows per step");
+    for (const auto& r : bench_serve(serve_source, serve_clients, serve_requests, serve_tokens)) {
+      std::cout << fmt::format("{:>7} {:>9} {:>8} {:>10.1f} {:>9.0f} {:>9.0f} {:>14.2f}\n", r.clients, r.requests,
+                               r.tokens, r.tokens_per_s, r.p50_ms, r.p95_ms, r.rows_per_step);
+      js.push_back({{"clients", r.clients},
+                    {"requests", r.requests},
+                    {"tokens", r.tokens},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"p50_ms", r.p50_ms},
+                    {"p95_ms", r.p95_ms},
+                    {"rows_per_step", r.rows_per_step}});
+    }
+    std::cout << fmt::format("{} on loopback, {} threads, temperature 0.8, {} tokens per request\n", serve_source,
+                             threads, serve_tokens);
+    if (!serve_json.empty()) write_file_atomic(serve_json, js.dump(2) + "\n");
   });
 
   auto* kernels = bench->add_subcommand(

@@ -140,6 +140,7 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
          {"model", s_->name},
          {"batches", st.batches},
          {"tokens", st.tokens},
+         {"steps", st.steps},
          {"mean_rows_per_step", st.steps ? static_cast<double>(st.tokens) / static_cast<double>(st.steps) : 0.0}});
   });
   s.http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

@@ -1,0 +1,106 @@
+#include "serve/serve_bench.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "data/tokenizer.h"
+#include "io/model_io.h"
+#include "serve/server.h"
+
+namespace mf {
+namespace {
+
+LoadedModel model_of(const std::string& source) {
+  if (source.size() <= 5 || source.substr(source.size() - 5) != ".toml") return load_model(source);
+  LoadedModel l;
+  l.cfg = load_config(source);
+  l.tokenizer = tokenizer_in(l.cfg.data.dir);
+  if (l.tokenizer.empty())
+    throw std::runtime_error(l.cfg.data.dir + " has no tokenizer: run `moeforge data prepare " + source + "` first");
+  l.cfg.model.vocab_size = Tokenizer(l.tokenizer).vocab_size();
+  l.model = TransformerLM(l.cfg.model);
+  l.model->init_weights(static_cast<uint64_t>(l.cfg.train.seed));
+  return l;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+nlohmann::json health(int port) {
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/health");
+  if (!res) throw std::runtime_error("bench serve: the server does not answer /health");
+  return nlohmann::json::parse(res->body);
+}
+
+}  // namespace
+
+std::vector<ServeBenchRow> bench_serve(const std::string& source, const std::vector<int64_t>& clients, int64_t requests,
+                                       int64_t max_tokens) {
+  ServeOptions opt;
+  opt.port = 0;
+  opt.max_batch = *std::max_element(clients.begin(), clients.end());
+  CompletionServer server(model_of(source), opt);
+  std::thread serving([&] { server.run(); });
+  std::vector<ServeBenchRow> rows;
+  try {
+    for (int64_t n : clients) {
+      const auto before = health(server.port());
+      std::vector<std::vector<double>> latency(static_cast<size_t>(n));
+      std::vector<int64_t> tokens(static_cast<size_t>(n), 0);
+      std::vector<std::thread> threads;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t c = 0; c < n; ++c)
+        threads.emplace_back([&, c] {
+          httplib::Client client("127.0.0.1", server.port());
+          client.set_read_timeout(600, 0);
+          for (int64_t i = 0; i < requests; ++i) {
+            const nlohmann::json body = {{"prompt", "The history of the"},
+                                         {"max_tokens", max_tokens},
+                                         {"temperature", 0.8},
+                                         {"seed", c * 1000 + i}};
+            const auto s = std::chrono::steady_clock::now();
+            auto res = client.Post("/v1/completions", body.dump(), "application/json");
+            if (!res || res->status != 200) continue;
+            latency[static_cast<size_t>(c)].push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+            tokens[static_cast<size_t>(c)] +=
+                nlohmann::json::parse(res->body)["usage"]["completion_tokens"].get<int64_t>();
+          }
+        });
+      for (auto& t : threads) t.join();
+      ServeBenchRow r;
+      r.clients = n;
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::vector<double> all;
+      for (size_t c = 0; c < latency.size(); ++c) {
+        all.insert(all.end(), latency[c].begin(), latency[c].end());
+        r.tokens += tokens[c];
+      }
+      r.requests = static_cast<int64_t>(all.size());
+      r.tokens_per_s = static_cast<double>(r.tokens) / r.seconds;
+      r.p50_ms = percentile(all, 0.5);
+      r.p95_ms = percentile(all, 0.95);
+      const auto after = health(server.port());
+      const double steps = after["steps"].get<double>() - before["steps"].get<double>();
+      r.rows_per_step = steps > 0 ? (after["tokens"].get<double>() - before["tokens"].get<double>()) / steps : 0;
+      rows.push_back(r);
+    }
+  } catch (...) {
+    server.stop();
+    serving.join();
+    throw;
+  }
+  server.stop();
+  serving.join();
+  return rows;
+}
+
+}  // namespace mf
