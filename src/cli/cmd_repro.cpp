@@ -1,8 +1,11 @@
 // `moeforge repro ...`: flags only; each method's driver (src/methods/*/repro.cpp) trains and
 // measures, and this file prints its results and writes results.md / results.json.
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <iostream>
 
+#include "analysis/report.h"
 #include "cli/commands.h"
 #include "core/util.h"
 #include "methods/intb/repro.h"
@@ -27,8 +30,16 @@ void add_finetune_options(CLI::App* cmd, int64_t& steps, double& lr) {
   cmd->add_option("--finetune-lr", lr, "fine-tuning peak learning rate")->capture_default_str();
 }
 
-void write_results(const ReproResult& r) {
+void write_results(ReproResult r) {
   namespace fs = std::filesystem;
+  if (!variant_runs().empty()) {  // every run of the reproduction on one page, linked from results.md
+    write_report(variant_runs(), (fs::path(r.out_dir) / "report.html").string(),
+                 "moeforge report: " + fs::path(r.out_dir).filename().string() + " reproduction");
+    r.markdown += fmt::format(
+        "\nEvery run of this reproduction (curves, routing, usage): [report.html](report.html) "
+        "(`moeforge report {} ...`).\n",
+        variant_runs().front());
+  }
   write_file_atomic((fs::path(r.out_dir) / "results.md").string(), r.markdown);
   write_file_atomic((fs::path(r.out_dir) / "results.json").string(), r.json.dump(2) + "\n");
   std::cout << r.markdown << "\nwrote " << (fs::path(r.out_dir) / "results.md").string() << "\n";

@@ -1,5 +1,7 @@
 #include "train/repro_runs.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -102,9 +104,16 @@ bool same_resolved_config(const std::string& path, const Config& cfg) {
 
 }  // namespace
 
+std::vector<std::string>& variant_runs() {
+  static std::vector<std::string> runs;
+  return runs;
+}
+
 std::string run_variant(const Config& cfg, const std::string& init_from) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
+  if (std::find(variant_runs().begin(), variant_runs().end(), dir.string()) == variant_runs().end())
+    variant_runs().push_back(dir.string());
   const bool same_config = same_resolved_config((dir / "config.toml").string(), cfg);
   if (same_config && fs::exists(dir / "summary.json")) {
     auto s = nlohmann::json::parse(read_file((dir / "summary.json").string()));

@@ -22,6 +22,8 @@ struct Outcome {
 // Trains one run, or reuses it when it finished with the same config, or resumes it when it
 // stopped; returns its directory. A fresh run starts from `init_from`'s weights when given.
 std::string run_variant(const Config& cfg, const std::string& init_from = "");
+// Every run directory run_variant has handed out in this process, in order (the repro's report).
+std::vector<std::string>& variant_runs();
 // The recipe every arm of a fine-tuning comparison shares: `steps` steps at peak `lr` (warm-up
 // a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
 // evaluation, run name `name`; then validated.

@@ -2,7 +2,7 @@
 // and checks it the way a reader would: no console errors or page errors, every expected panel
 // present with non-empty plots, hover shows a tooltip, a header click sorts. Takes a
 // screenshot. Exit 0 when every check passes; each failure is printed on its own line.
-// usage: node report_browser.js REPORT_HTML SCREENSHOT_PNG PANEL[,PANEL...]
+// usage: [SCREENSHOT_HEIGHT=px] node report_browser.js REPORT_HTML SCREENSHOT_PNG PANEL[,PANEL...]
 //   PANEL: a data-panel id ("summary", "loss", ...) or kind:NAME for data-kind ("kind:usage").
 const path = require('path');
 const { chromium } = require(path.join(__dirname, '..', 'npm', 'node_modules', 'playwright-core'));
@@ -34,6 +34,9 @@ const { chromium } = require(path.join(__dirname, '..', 'npm', 'node_modules', '
         if (f.empty > 0) failures.push(`panel ${want} #${i}: ${f.empty} chart(s) say nothing logged`);
       });
     }
+    // SCREENSHOT_HEIGHT: only the top of the page (docs/report.png), else all of it
+    const height = Number(process.env.SCREENSHOT_HEIGHT || 0);
+    await page.screenshot({ path: png, fullPage: true, ...(height ? { clip: { x: 0, y: 0, width: 1280, height } } : {}) });
     // Hover over the first line chart: the tooltip appears with a value.
     const chart = await page.$('svg.line-chart');
     if (chart) {
@@ -43,17 +46,17 @@ const { chromium } = require(path.join(__dirname, '..', 'npm', 'node_modules', '
       if (!/\d/.test(tip)) failures.push(`hover: no tooltip with a value (got "${tip}")`);
       await page.mouse.move(0, 0);
     } else failures.push('no line chart on the page');
-    // Sorting: clicking a numeric header twice reverses the first column's order.
-    const th = await page.$('[data-panel="config"] table.sortable th');
-    if (th) {
-      const first = () => page.$eval('[data-panel="config"] table.sortable td', (td) => td.textContent);
+    // Sorting: clicking the run-name header twice reverses the order (the page has two runs or more).
+    const th = await page.$('[data-panel="summary"] table.sortable th');
+    const summaryRows = await page.$$eval('[data-panel="summary"] tbody tr', (r) => r.length);
+    if (th && summaryRows > 1) {
+      const first = () => page.$eval('[data-panel="summary"] table.sortable td', (td) => td.textContent);
       await th.click();
       const a = await first();
       await th.click();
       const b = await first();
       if (a === b) failures.push(`sorting: the first cell stayed "${a}" after reversing the order`);
     }
-    await page.screenshot({ path: png, fullPage: true });
   } finally {
     await browser.close();
   }

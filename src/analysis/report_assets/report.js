@@ -58,6 +58,7 @@
     const log = opt.log && y0 > 0 && y1 / y0 > 20;
     const fy = (v) => (log ? Math.log10(v) : v);
     y0 = fy(y0); y1 = fy(y1);
+    if (x1 === x0) x0 = Math.min(0, x0);  // one logged step: the axis starts at step 0
     if (x1 === x0) x1 = x0 + 1;
     if (y1 === y0) { const d = Math.abs(y1) * 0.05 || 1; y1 += d; y0 -= d; }
     const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
@@ -157,12 +158,15 @@
   {
     const p = panel("config", "Config and environment", many ? "One column per run; ≠ marks keys whose values differ." : "");
     const keys = [...new Set(runs.flatMap((r) => Object.keys(r.facts)))];
-    const rows = keys.map((k) => {
+    const groups = {};  // one table per top-level section, side by side
+    keys.forEach((k) => {
       const vals = runs.map((r) => (k in r.facts ? r.facts[k] : "–"));
       const differ = many && new Set(vals.map((v) => JSON.stringify(v))).size > 1;
-      return [(differ ? "≠ " : "") + k, ...vals];
+      const [group, ...rest] = k.includes(".") ? k.split(".") : ["run", k];
+      (groups[group] = groups[group] || []).push([(differ ? "≠ " : "") + rest.join("."), ...vals]);
     });
-    table(p, ["key", ...runs.map((r) => r.name)], rows);
+    const row = el("div", { class: "tables" }, p);
+    Object.entries(groups).forEach(([g, rows]) => table(el("div", {}, row), [g, ...runs.map((r) => r.name)], rows));
     runs.forEach((r) => {
       const c = el("details", {}, p);
       el("summary", { text: `${r.name}: config.toml (${r.dir})` }, c);
@@ -175,7 +179,8 @@
     lineChart(p, runs.map((r, i) => ({ name: label(r, "train"), x: r.train.step, y: r.train.loss, color: COLORS[i % COLORS.length] })), { title: "training loss", log: true });
     const val = [];
     runs.forEach((r, i) => Object.entries(r.val.losses).forEach(([dom, y], j) =>
-      val.push({ name: label(r, dom), x: r.val.step, y, color: COLORS[(i * 4 + j) % COLORS.length], dashed: many && j > 0 })));
+      val.push({ name: label(r, dom), x: r.val.step, y, dashed: many && j > 0,
+        color: COLORS[(Object.keys(r.val.losses).length > 1 ? i * 4 + j : i) % COLORS.length] })));
     lineChart(p, val, { title: "validation loss per domain" });
     if (runs.some((r) => r.val.accuracy.length)) lineChart(p, runs.map((r, i) => ({ name: label(r, "accuracy"), x: r.val.step, y: r.val.accuracy, color: COLORS[i % COLORS.length] })), { title: "validation accuracy" });
   }
