@@ -32,6 +32,9 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--max-batch", opt.max_batch, "requests decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  sv->add_option("--batch-window-ms", opt.batch_window_ms, "how long a request waits for others to batch with")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   sv->add_option("--max-body", opt.max_body, "largest request body in bytes (larger: 413)")->capture_default_str();
   sv->add_option("--name", opt.model_name, "the model id in responses (default: the run name)");
   sv->callback([] {

@@ -27,8 +27,10 @@ size_t complete_utf8(const std::string& s) {
 
 }  // namespace
 
-Batcher::Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch)
-    : model_(std::move(model)), tokenizer_(tokenizer), max_batch_(max_batch), thread_([this] { loop(); }) {}
+Batcher::Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms)
+    : model_(std::move(model)), tokenizer_(tokenizer), max_batch_(max_batch), window_ms_(window_ms), thread_([this] {
+        loop();
+      }) {}
 
 Batcher::~Batcher() { stop(); }
 
@@ -71,7 +73,7 @@ void Batcher::loop() {
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       // Clients that connect together arrive a little apart: wait a moment for company.
-      cv_.wait_for(lock, std::chrono::milliseconds(3),
+      cv_.wait_for(lock, std::chrono::milliseconds(window_ms_),
                    [&] { return stopping_ || static_cast<int64_t>(queue_.size()) >= max_batch_; });
       while (!queue_.empty() && static_cast<int64_t>(taken.size()) < max_batch_) {
         if (!queue_.front()->cancelled) taken.push_back(queue_.front());

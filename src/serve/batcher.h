@@ -42,7 +42,8 @@ struct BatcherStats {
 
 class Batcher {
  public:
-  Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch);
+  // window_ms: how long the first waiting request waits for others to share its batch
+  Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms);
   ~Batcher();
   void submit(const std::shared_ptr<Job>& job);
   void stop();  // finishes the batch in progress, fails the waiting jobs, joins
@@ -55,7 +56,7 @@ class Batcher {
 
   TransformerLM model_;
   const Tokenizer& tokenizer_;
-  int64_t max_batch_;
+  int64_t max_batch_, window_ms_;
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;

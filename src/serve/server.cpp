@@ -128,7 +128,7 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
   if (s.loaded.tokenizer.empty()) throw std::runtime_error("the model has no tokenizer file beside it to serve text");
   s.tokenizer = std::make_unique<Tokenizer>(s.loaded.tokenizer);
   s.name = opt.model_name.empty() ? s.loaded.cfg.run.name : opt.model_name;
-  s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch);
+  s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch, opt.batch_window_ms);
   const int threads = opt.http_threads;
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.http.set_payload_max_length(opt.max_body);

@@ -13,11 +13,12 @@ namespace mf {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;            // 0: any free port (see CompletionServer::port)
-  int http_threads = 32;      // connections served at once
-  int64_t max_batch = 16;     // rows decoded together
-  size_t max_body = 1 << 20;  // bytes; a larger request gets 413
-  std::string model_name;     // "" = the run name
+  int port = 8080;              // 0: any free port (see CompletionServer::port)
+  int http_threads = 32;        // connections served at once
+  int64_t max_batch = 16;       // rows decoded together
+  int64_t batch_window_ms = 5;  // a request waits this long for others to batch with
+  size_t max_body = 1 << 20;    // bytes; a larger request gets 413
+  std::string model_name;       // "" = the run name
 };
 
 class CompletionServer {
