@@ -138,6 +138,20 @@ nlohmann::json moe_layers_json(const std::vector<const nlohmann::json*>& records
   return layers;
 }
 
+// What wrote a picture, by the default names of the analysis commands.
+std::string artifact_title(const std::string& file) {
+  const std::vector<std::pair<std::string, std::string>> known = {
+      {"usage", "expert usage on held-out data (moeforge usage)"},
+      {"id", "LatentMoE: intrinsic dimension per block (moeforge id)"},
+      {"saliency", "UMoE: REAP expert saliency (moeforge saliency)"},
+      {"intb_probe", "IntBMoE: basis removal and recipe similarity (moeforge intb-probe)"},
+      {"diagnose", "UniF-MoE: value alignment and residual demand (moeforge diagnose)"},
+      {"confusion", "confusion matrix (moeforge eval)"}};
+  for (auto& [prefix, title] : known)
+    if (file.rfind(prefix, 0) == 0) return title;
+  return "";
+}
+
 // SVGs written by the analysis commands (usage, probe, diagnose, saliency, eval's confusion
 // matrix) into the run or its latest checkpoint; the run's own loss.svg is drawn by the page.
 nlohmann::json artifacts_of(const fs::path& run) {
@@ -154,7 +168,8 @@ nlohmann::json artifacts_of(const fs::path& run) {
     for (auto& p : files) {
       auto svg = read_file(p.string());
       if (auto at = svg.find("<svg"); at != std::string::npos) svg = svg.substr(at);
-      out.push_back({{"file", fs::relative(p, run).string()}, {"svg", svg}});
+      out.push_back(
+          {{"file", fs::relative(p, run).string()}, {"title", artifact_title(p.filename().string())}, {"svg", svg}});
     }
   }
   return out;

@@ -226,7 +226,7 @@
     r.artifacts.forEach((a) => {
       const f = el("figure", { class: "artifact" }, p);
       f.innerHTML = a.svg;
-      el("figcaption", { text: a.file }, f);
+      el("figcaption", { text: a.title ? `${a.title} — ${a.file}` : a.file }, f);
     });
   });
   document.body.dataset.ready = "1";
