@@ -10,6 +10,7 @@ PACKAGES=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev                           # moeforge serve
+  libgloo-dev                                  # the headers c10d's ProcessGroupGloo is declared with (moeforge launch)
   dict-gcide bible-kjv bible-kjv-text c++-annotations-txt fortunes   # the corpus domains
   dataset-fashion-mnist                                              # images for model.task = "classify"
   python3-torch                                                      # the independent Hugging Face reference of the tests (tests/io/hf_reference.py)

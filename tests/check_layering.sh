@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layering rules of docs/architecture.md, checked on the sources: the engine and the model
-# know no paper, nothing below cli/ includes cli/, the trainer does not know serve/.
+# know no paper, nothing below cli/ includes cli/, the trainer does not know serve/ or dist/.
 set -euo pipefail
 SRC="${1:-$(dirname "$0")/../src}"
 status=0
@@ -15,7 +15,8 @@ check() {  # check DESCRIPTION PATTERN DIR...
 check "moe/, model/, core/ and io/ must not include methods/" '#include "methods/' "$SRC/moe" "$SRC/model" "$SRC/core" "$SRC/io"
 check "moe/ must not include model/" '#include "model/' "$SRC/moe"
 check "nothing below cli/ includes cli/" '#include "cli/' "$SRC/core" "$SRC/moe" "$SRC/model" "$SRC/methods" "$SRC/io" \
-  "$SRC/data" "$SRC/train" "$SRC/analysis" "$SRC/serve"
+  "$SRC/data" "$SRC/train" "$SRC/analysis" "$SRC/serve" "$SRC/dist"
 check "the trainer does not depend on serve/" '#include "serve/' "$SRC/train"
+check "the trainer does not depend on dist/ (dist/ wraps it through train/parallel.h)" '#include "dist/' "$SRC/train" "$SRC/model" "$SRC/moe"
 [ "$status" -eq 0 ] && echo "layering: all rules hold"
 exit "$status"

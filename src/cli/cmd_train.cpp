@@ -9,6 +9,8 @@
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
+#include "dist/gloo_group.h"
+#include "dist/world.h"
 #include "io/checkpoint.h"
 #include "serve/generate.h"
 #include "train/trainer.h"
@@ -78,7 +80,15 @@ void register_train_commands(CLI::App& app) {
                          static_cast<uint64_t>(cfg.sample.seed), tok.eos_id()};
       return cfg.sample.prompt + tok.decode(generate(model, tok.encode(cfg.sample.prompt), so));
     };
+    // WORLD_SIZE > 1 (moeforge launch, torchrun, srun): data parallel over c10d; rank 0 reports
+    std::unique_ptr<DataParallel> group;
+    if (auto world = world_from_env()) {
+      if (world->rank > 0) spdlog::set_level(spdlog::level::warn);
+      group = join_gloo_group(*world);
+      opt.parallel = group.get();
+    }
     auto result = train(cfg, opt);
+    if (group && group->rank() > 0) return;
     plot_run_losses(result.run_dir);
     write_report({result.run_dir}, result.run_dir + "/report.html");
     print_summary(result);

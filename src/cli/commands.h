@@ -21,6 +21,7 @@ void register_umoe_commands(CLI::App& app);      // saliency, umoe
 void register_layer_commands(CLI::App& app);     // layer names, layer run
 void register_hf_commands(CLI::App& app);        // import, export (Hugging Face)
 void register_serve_commands(CLI::App& app);     // serve (HTTP)
+void register_dist_commands(CLI::App& app);      // launch (data parallel)
 
 // CONFIG file (optional) + --set overrides, validated.
 Config resolve_config(const std::string& path, const std::vector<std::string>& sets);

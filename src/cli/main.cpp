@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   mf::cli::register_layer_commands(app);
   mf::cli::register_hf_commands(app);
   mf::cli::register_serve_commands(app);
+  mf::cli::register_dist_commands(app);
   app.parse_complete_callback([&] { mf::setup_logging(verbose); });
   try {
     app.parse(argc, argv);

@@ -85,6 +85,8 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
   torch::Tensor forward(const torch::Tensor& x, AuxLosses& aux) override;
   // Aux-loss-free balancing uses the load accumulated since the last call.
   void after_optimizer_step();
+  // That load [E] (undefined when not balancing); data parallel sums it over ranks in place first.
+  at::Tensor& pending_load() { return pending_load_E_; }
   nlohmann::json stats_json() const override;
   RoutingStats last_stats() const override;
   int64_t routing_layer() const override { return layer; }

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/util.h"
 
@@ -26,6 +26,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, int64_t keep_until_step) {
+  if (path.empty()) return;  // writes nothing (data-parallel ranks other than 0)
   if (keep_until_step >= 0) {
     std::string kept;
     for (auto& r : read_metrics(path))
@@ -38,6 +39,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t keep_until_step) {
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
+  if (path_.empty()) return;
   out_ << record.dump() << "\n";
   out_.flush();
   if (!out_) throw std::runtime_error(fmt::format("writing '{}' failed (disk full?)", path_));

@@ -8,7 +8,8 @@ namespace mf {
 
 class MetricsLog {
  public:
-  // keep_until_step >= 0: a resumed run first drops lines written after that step
+  // keep_until_step >= 0: a resumed run first drops lines written after that step; path "": a
+  // log that writes nothing
   MetricsLog(const std::string& path, int64_t keep_until_step);
   void write(const nlohmann::json& record);
 

@@ -23,6 +23,7 @@
 #include "train/finite.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/parallel.h"
 #include "train/profile.h"
 #include "train/task.h"
 
@@ -74,6 +75,30 @@ nlohmann::json losses_json(const std::vector<DomainLoss>& l) {
   return j;
 }
 
+// Data parallel: sums the gradients, the MoE layers' pending loads and the loss over ranks. A
+// gradient no rank has stays undefined, so AdamW skips that parameter as one process would.
+double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
+                      const std::vector<std::shared_ptr<MoEFeedForward>>& moe, double loss_sum) {
+  auto params = model.parameters();
+  auto had = torch::zeros({static_cast<int64_t>(params.size())}, torch::kFloat);
+  std::vector<at::Tensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].grad().defined())
+      had[static_cast<int64_t>(i)] = 1;
+    else
+      params[i].mutable_grad() = torch::zeros_like(params[i]);
+    tensors.push_back(params[i].mutable_grad());
+  }
+  tensors.push_back(had);
+  tensors.push_back(torch::tensor({loss_sum}, torch::kFloat64));
+  for (auto& m : moe)
+    if (m->pending_load().defined()) tensors.push_back(m->pending_load());
+  par.sum(tensors);
+  for (size_t i = 0; i < params.size(); ++i)
+    if (had[static_cast<int64_t>(i)].item<float>() == 0) params[i].mutable_grad() = at::Tensor();
+  return tensors[params.size() + 1].item<double>();
+}
+
 struct Trainer {
   const Config& cfg;
   const TrainOptions& opt;
@@ -119,6 +144,32 @@ struct Trainer {
     prune_checkpoints((run_dir / "checkpoints").string(), cfg.train.keep_checkpoints);
   }
 
+  // The run directory before the first step (rank 0 only): leftovers of an interrupted write
+  // removed; returns whether to resume from opt.resume (false: a fresh run, fresh directory).
+  bool prepare_run_dir() {
+    const auto ckpt_root = (run_dir / "checkpoints").string();
+    if (const int n = clean_checkpoint_leftovers(ckpt_root); n > 0)
+      spdlog::warn("removed {} unfinished checkpoint write(s) or removal(s) left in {} by an interrupted run", n,
+                   ckpt_root);
+    // A run killed before its first checkpoint has nothing to resume or protect: it starts again.
+    const bool nothing_saved = fs::exists(run_dir / "checkpoints") && latest_checkpoint(run_dir.string()).empty();
+    bool resume = false;
+    if (nothing_saved && (opt.resume.empty() || (fs::exists(opt.resume) && fs::equivalent(opt.resume, run_dir)))) {
+      spdlog::warn("run directory '{}' has no checkpoint (the run stopped before its first one); starting from step 0",
+                   run_dir.string());
+    } else if (!opt.resume.empty()) {
+      resume = true;
+    } else if (fs::exists(run_dir / "checkpoints") && !opt.overwrite) {
+      throw std::runtime_error(
+          fmt::format("run directory '{}' already has checkpoints; pass --resume {} to continue "
+                      "or --overwrite to start again",
+                      run_dir.string(), run_dir.string()));
+    } else if (opt.overwrite) {
+      fs::remove_all(run_dir);
+    }
+    return resume;
+  }
+
   TrainResult run() {
     if (cfg.train.threads > 0) {
       const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -131,16 +182,16 @@ struct Trainer {
     optimizer = make_optimizer(model, cfg.train);
 
     int64_t keep_metrics = -1;
-    const auto ckpt_root = (run_dir / "checkpoints").string();
-    if (const int n = clean_checkpoint_leftovers(ckpt_root); n > 0)
-      spdlog::warn("removed {} unfinished checkpoint write(s) or removal(s) left in {} by an interrupted run", n,
-                   ckpt_root);
-    // A run killed before its first checkpoint has nothing to resume or protect: it starts again.
-    const bool nothing_saved = fs::exists(run_dir / "checkpoints") && latest_checkpoint(run_dir.string()).empty();
-    if (nothing_saved && (opt.resume.empty() || (fs::exists(opt.resume) && fs::equivalent(opt.resume, run_dir)))) {
-      spdlog::warn("run directory '{}' has no checkpoint (the run stopped before its first one); starting from step 0",
-                   run_dir.string());
-    } else if (!opt.resume.empty()) {
+    DataParallel* par = opt.parallel;
+    const bool lead = !par || par->rank() == 0;  // rank 0 owns the run directory, metrics and checkpoints
+    bool resumed = false;
+    if (lead) resumed = prepare_run_dir();
+    if (par) {  // the others load what rank 0 decided, once its directory work is done
+      std::vector<at::Tensor> flag = {torch::tensor({resumed ? 1 : 0}, torch::kLong)};
+      par->broadcast(flag);
+      resumed = flag[0].item<int64_t>() == 1;
+    }
+    if (resumed) {
       auto ck = read_checkpoint(opt.resume);
       load_model_tensors(model, ck.model);
       load_optimizer_state(*optimizer, model, ck.optimizer());
@@ -149,25 +200,30 @@ struct Trainer {
       set_rng_state_hex(st.at("rng_cpu").get<std::string>());
       keep_metrics = step;
       spdlog::info("resumed from {} at step {}", ck.dir, step);
-    } else if (fs::exists(run_dir / "checkpoints") && !opt.overwrite) {
-      throw std::runtime_error(
-          fmt::format("run directory '{}' already has checkpoints; pass --resume {} to continue "
-                      "or --overwrite to start again",
-                      run_dir.string(), run_dir.string()));
-    } else if (opt.overwrite) {
-      fs::remove_all(run_dir);
     }
     if (opt.resume.empty() && !opt.init_from.empty()) {
       auto ck = read_checkpoint(opt.init_from);
       load_model_tensors(model, ck.model);
       spdlog::info("weights from {}", ck.dir);
     }
-    fs::create_directories(run_dir / "checkpoints");
-    write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
-    MetricsLog metrics((run_dir / "metrics.jsonl").string(), keep_metrics);
+    if (par) {  // one starting point on every rank, whatever each initialised
+      if (cfg.train.grad_accum % par->world() != 0)
+        throw ConfigError(
+            fmt::format("train.grad_accum = {} must be a multiple of WORLD_SIZE = {}: each rank takes "
+                        "grad_accum / world of every step's micro-batches",
+                        cfg.train.grad_accum, par->world()));
+      std::vector<at::Tensor> values;
+      for (auto& [name, t] : model_tensors(model)) values.push_back(t);
+      par->broadcast(values);
+    }
+    if (lead) {
+      fs::create_directories(run_dir / "checkpoints");
+      write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
+    }
+    MetricsLog metrics(lead ? (run_dir / "metrics.jsonl").string() : "", keep_metrics);
 
     auto counts = task->param_counts();
-    write_file_atomic((run_dir / "environment.json").string(), environment_json(cfg, counts).dump(2) + "\n");
+    if (lead) write_file_atomic((run_dir / "environment.json").string(), environment_json(cfg, counts).dump(2) + "\n");
     const auto moe = moe_layers(task->feed_forwards());
     const auto routing = routing_slots(task->feed_forwards());
     spdlog::info(
@@ -202,12 +258,14 @@ struct Trainer {
       optimizer->zero_grad();
       double loss_sum = 0;
       for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
+        if (par && m % par->world() != par->rank()) continue;  // another rank's micro-batch
         AuxLosses aux;
         auto loss = task->train_loss(step, m, aux);
         loss_sum += loss.item<double>();
         if (auto a = aux.total(); a.defined()) loss = loss + a;
         (loss / static_cast<double>(cfg.train.grad_accum)).backward();
       }
+      if (par) loss_sum = sum_over_ranks(*par, model, moe, loss_sum);
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
       const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
       ++step;
@@ -242,6 +300,11 @@ struct Trainer {
                               {items + "_per_s", window_items / std::max(window_time, 1e-9)},
                               {"elapsed_s", elapsed},
                               {items, step * items_per_step}};
+        if (par) {
+          rec["world"] = par->world();
+          rec[items + "_per_s_per_rank"] = window_items / std::max(window_time, 1e-9) / par->world();
+          rec["comm_s_per_step"] = par->take_comm_seconds() / static_cast<double>(cfg.train.log_every);
+        }
         for (auto* r : routing) rec["moe"].push_back(r->stats_json());
         metrics.write(rec);
         if (!stderr_is_tty())
@@ -250,9 +313,9 @@ struct Trainer {
         window_time = 0;
         window_items = 0;
       }
-      bar.update(step, fmt::format("loss {:.3f}", loss_ema));
+      if (lead) bar.update(step, fmt::format("loss {:.3f}", loss_ema));
       const bool last = step == cfg.train.steps;
-      if ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last) {
+      if (lead && ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last)) {
         val = evaluate();
         nlohmann::json rec = {
             {"step", step}, {"val_loss", losses_json(val.losses)}, {"val_loss_mean", mean_loss(val.losses)}};
@@ -261,10 +324,12 @@ struct Trainer {
         spdlog::info("{}step {} val loss: {}{}", stderr_is_tty() ? "\n" : "", step, rec["val_loss"].dump(),
                      val.metrics.empty() ? "" : " " + val.metrics.dump());
       }
-      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val, metrics);
+      if (lead && ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step))
+        save(val, metrics);
     }
-    bar.finish(fmt::format("loss {:.3f}", loss_ema));
+    if (lead) bar.finish(fmt::format("loss {:.3f}", loss_ema));
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!lead) return {run_dir.string(), {}};  // rank 0 evaluates, samples and writes the summary
     if (val.losses.empty()) val = evaluate();
 
     auto* lm = task->language_model();

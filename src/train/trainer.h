@@ -10,12 +10,16 @@
 
 namespace mf {
 
+class DataParallel;
+
 struct TrainOptions {
   std::string resume;         // checkpoint or run directory; "" = fresh run
   std::string init_from;      // fresh run whose weights start from this checkpoint (e.g. an upcycled one)
   bool overwrite = false;     // replace an existing run directory
   int64_t stop_after = -1;    // stop (with a checkpoint) after this many steps of this invocation
   int64_t profile_steps = 0;  // profile this many steps after a short warm-up (train/profile.h); 0 = off
+  // Data parallel (dist/ implements it over c10d); null = one process. Rank 0 writes the run.
+  DataParallel* parallel = nullptr;
   // Text shown and stored in summary.json after training (the CLI samples from the model).
   std::function<std::string(TransformerLM& model, const std::string& tokenizer_path)> sample;
 };

@@ -1,0 +1,108 @@
+#include "dist/gloo_group.h"
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <map>
+
+namespace mf {
+namespace {
+
+class GlooGroup : public DataParallel {
+ public:
+  GlooGroup(const WorldEnv& env, std::chrono::milliseconds timeout) : env_(env) {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = static_cast<std::size_t>(env.world);
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+      auto opts = c10d::ProcessGroupGloo::Options::create();
+      const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+      opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                       : c10d::ProcessGroupGloo::createDefaultDevice());
+      opts->timeout = timeout;
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(fmt::format(
+          "rank {} of {}: could not join the group at MASTER_ADDR:MASTER_PORT = {}:{} ({}); is rank 0 running, the "
+          "port free on its host and WORLD_SIZE the same on every rank?",
+          env.rank, env.world, env.master_addr, env.master_port, e.what_without_backtrace()));
+    }
+  }
+  int rank() const override { return env_.rank; }
+  int world() const override { return env_.world; }
+
+  void sum(std::vector<at::Tensor>& tensors) override {
+    at::NoGradGuard no_grad;
+    // One all-reduce per dtype over the tensors flattened into one buffer (the gradient bucket).
+    std::map<at::ScalarType, std::vector<size_t>> by_type;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].defined()) by_type[tensors[i].scalar_type()].push_back(i);
+    for (auto& [type, index] : by_type) {
+      std::vector<at::Tensor> flat;
+      for (auto i : index) flat.push_back(tensors[i].reshape({-1}));
+      std::vector<at::Tensor> bucket = {at::cat(flat)};
+      run([&] { return pg_->allreduce(bucket); });
+      int64_t at = 0;
+      for (auto i : index) {
+        const auto n = tensors[i].numel();
+        tensors[i].copy_(bucket[0].narrow(0, at, n).view(tensors[i].sizes()));
+        at += n;
+      }
+    }
+  }
+  void broadcast(std::vector<at::Tensor>& tensors) override {
+    at::NoGradGuard no_grad;
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one = {t};
+      run([&] { return pg_->broadcast(one); });
+    }
+  }
+  void barrier() override {
+    run([&] { return pg_->barrier(); });
+  }
+  double take_comm_seconds() override {
+    const double s = comm_s_;
+    comm_s_ = 0;
+    return s;
+  }
+
+ private:
+  template <class Start>
+  void run(Start start) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      start()->wait();
+    } catch (const c10::Error& e) {
+      throw lost(e.what_without_backtrace());
+    } catch (const std::exception& e) {  // Gloo's own IoException
+      throw lost(e.what());
+    }
+    comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  std::runtime_error lost(const std::string& why) const {
+    return std::runtime_error(
+        fmt::format("rank {} of {}: a collective with the other ranks failed ({}); another "
+                    "worker probably stopped, see its own error",
+                    env_.rank, env_.world, why));
+  }
+
+  WorldEnv env_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  double comm_s_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> join_gloo_group(const WorldEnv& env, std::chrono::milliseconds timeout) {
+  return std::make_unique<GlooGroup>(env, timeout);
+}
+
+}  // namespace mf

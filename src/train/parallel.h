@@ -1,0 +1,27 @@
+// What the trainer needs from a data-parallel group, so that train/ stays single-process code
+// and dist/ (c10d) plugs in from outside. With a group of W ranks, rank r takes the
+// micro-batches m with m % W == r of each step (train.grad_accum must be a multiple of W):
+// the global batch is the same set of windows whatever the world size.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace mf {
+
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // In place, every rank ends with the sum over ranks (gradients, loads, loss sums).
+  virtual void sum(std::vector<at::Tensor>& tensors) = 0;
+  // In place, every rank ends with rank 0's values (the parameters at the start).
+  virtual void broadcast(std::vector<at::Tensor>& tensors) = 0;
+  virtual void barrier() = 0;
+  // Seconds spent in communication since the last call (metrics: comm_s per step).
+  virtual double take_comm_seconds() = 0;
+};
+
+}  // namespace mf
