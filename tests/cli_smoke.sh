@@ -28,35 +28,7 @@ expect_fail() {  # expect_fail CODE PATTERN -- command...
   grep -q -- "$pattern" <<<"$out" || fail "expected '$pattern' in output of: $* -- $out"
 }
 
-cat > tiny.toml <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 48
-max_seq_len = 64
-[data]
-dir = "data"
-vocab_size = 400
-max_source_bytes = 50000
-tokenizer_sample_bytes = 30000
-[train]
-steps = 6
-batch_size = 4
-seq_len = 16
-warmup_steps = 2
-log_every = 2
-ckpt_every = 3
-threads = 1
-[eval]
-every = 3
-windows = 4
-[sample]
-max_tokens = 8
-[run]
-name = "smoke"
-TOML
+cp "$SRC/tests/fixtures/tiny.toml" tiny.toml  # the tiny LM every CLI test uses (also tests/dist)
 
 expect_ok "moeforge" -- "$MF" --version
 for cmd in data doctor train plot report config eval generate serve info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do

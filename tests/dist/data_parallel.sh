@@ -7,36 +7,12 @@
 set -euo pipefail
 MF=${MOEFORGE:?set MOEFORGE to the binary}
 W=${1:?work directory}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$W" && mkdir -p "$W" && cd "$W"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-cat > tiny.toml <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 48
-max_seq_len = 64
-[data]
-dir = "data"
-vocab_size = 400
-max_source_bytes = 50000
-tokenizer_sample_bytes = 30000
-[train]
-steps = 6
-batch_size = 4
-seq_len = 16
-grad_accum = 2
-warmup_steps = 2
-log_every = 1
-ckpt_every = 3
-threads = 1
-[eval]
-every = 3
-windows = 2
-[run]
-name = "one"
-TOML
+# the tiny LM of the CLI tests, with two micro-batches per step (one per rank) and every step logged
+cp "$SRC/tests/fixtures/tiny.toml" tiny.toml
+sed -i 's/^log_every = .*/log_every = 1/; s/^\[train\]$/[train]\ngrad_accum = 2/' tiny.toml
 "$MF" data prepare tiny.toml > prep.txt 2>&1 || { cat prep.txt; fail "data prepare"; }
 same_model() {  # same_model RUN_A RUN_B: final logits byte-identical, and the logged losses
   for r in "$1" "$2"; do
