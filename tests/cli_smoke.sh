@@ -31,7 +31,7 @@ expect_fail() {  # expect_fail CODE PATTERN -- command...
 cp "$SRC/tests/fixtures/tiny.toml" tiny.toml  # the tiny LM every CLI test uses (also tests/dist)
 
 expect_ok "moeforge" -- "$MF" --version
-for cmd in data doctor train plot report config eval generate serve info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
+for cmd in data doctor train plot report config eval generate serve launch info bench usage probe repro shape id jacobian saliency umoe intb-probe intb-bake layer import export tokenize; do
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
