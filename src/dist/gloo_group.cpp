@@ -28,10 +28,9 @@ class GlooGroup : public DataParallel {
       opts->timeout = timeout;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
     } catch (const c10::Error& e) {
-      throw std::runtime_error(fmt::format(
-          "rank {} of {}: could not join the group at MASTER_ADDR:MASTER_PORT = {}:{} ({}); is rank 0 running, the "
-          "port free on its host and WORLD_SIZE the same on every rank?",
-          env.rank, env.world, env.master_addr, env.master_port, e.what_without_backtrace()));
+      throw unjoined(e.what_without_backtrace());
+    } catch (const std::exception& e) {  // c10d's socket errors
+      throw unjoined(e.what());
     }
   }
   int rank() const override { return env_.rank; }
@@ -86,6 +85,12 @@ class GlooGroup : public DataParallel {
     comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  std::runtime_error unjoined(const std::string& why) const {
+    return std::runtime_error(fmt::format(
+        "rank {} of {}: could not join the group at MASTER_ADDR:MASTER_PORT = {}:{} ({}); is rank 0 running, the port "
+        "free on its host and WORLD_SIZE the same on every rank?",
+        env_.rank, env_.world, env_.master_addr, env_.master_port, why));
+  }
   std::runtime_error lost(const std::string& why) const {
     return std::runtime_error(
         fmt::format("rank {} of {}: a collective with the other ranks failed ({}); another "

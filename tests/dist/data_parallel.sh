@@ -68,4 +68,13 @@ set +e
 out=$("$MF" launch --nproc 2 train tiny.toml --set train.grad_accum=3 --set run.name=bad3 2>&1); rc=$?
 set -e
 [ $rc -ne 0 ] && grep -q "must be a multiple of WORLD_SIZE" <<<"$out" || fail "grad_accum 3 on 2 ranks: $out"
+# the rendezvous port held by another program: a clear error naming it
+python3 - "$MF" <<'PY' || fail "port in use"
+import socket, subprocess, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); port = s.getsockname()[1]
+r = subprocess.run([sys.argv[1], "launch", "--nproc", "2", "--master", f"127.0.0.1:{port}", "train", "tiny.toml",
+                    "--set", "run.name=port"], capture_output=True, text=True, timeout=120)
+sys.exit(0 if r.returncode != 0 and f"could not join the group at MASTER_ADDR:MASTER_PORT = 127.0.0.1:{port}" in r.stderr
+         and "Address already in use" in r.stderr else 1)
+PY
 echo "data parallel: all checks passed (killed run stopped in ${ELAPSED} s)"
