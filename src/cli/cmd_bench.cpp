@@ -291,6 +291,7 @@ void register_bench_commands(CLI::App& app) {
   });
 
   add_performance_benches(bench);
+  add_comm_bench(bench);
 }
 
 }  // namespace mf::cli

@@ -14,6 +14,7 @@ void register_train_commands(CLI::App& app);     // train, plot, config
 void register_model_commands(CLI::App& app);     // eval, generate, info
 void register_bench_commands(CLI::App& app);     // bench moe, unif, intb, tokenizer, loss
 void add_performance_benches(CLI::App* bench);   // bench train, generate, kernels (cmd_perf.cpp)
+void add_comm_bench(CLI::App* bench);            // bench comm (cmd_dist.cpp)
 void register_analysis_commands(CLI::App& app);  // usage, probe
 void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
 void register_latent_commands(CLI::App& app);    // shape, id, jacobian

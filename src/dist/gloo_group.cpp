@@ -62,6 +62,10 @@ class GlooGroup : public DataParallel {
       run([&] { return pg_->broadcast(one); });
     }
   }
+  void all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_rows,
+                  std::vector<int64_t> in_rows) override {
+    run([&] { return pg_->alltoall_base(out, in, out_rows, in_rows); });
+  }
   void barrier() override {
     run([&] { return pg_->barrier(); });
   }

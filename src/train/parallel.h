@@ -20,6 +20,10 @@ class DataParallel {
   // In place, every rank ends with rank 0's values (the parameters at the start).
   virtual void broadcast(std::vector<at::Tensor>& tensors) = 0;
   virtual void barrier() = 0;
+  // Rows of `in` go to the ranks in order (in_rows[r] of them to rank r); `out` receives
+  // out_rows[r] rows from rank r. Variable splits: the exchange of expert parallelism.
+  virtual void all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_rows,
+                          std::vector<int64_t> in_rows) = 0;
   // Seconds spent in communication since the last call (metrics: comm_s per step).
   virtual double take_comm_seconds() = 0;
 };

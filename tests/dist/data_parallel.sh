@@ -68,6 +68,9 @@ set +e
 out=$("$MF" launch --nproc 2 train tiny.toml --set train.grad_accum=3 --set run.name=bad3 2>&1); rc=$?
 set -e
 [ $rc -ne 0 ] && grep -q "must be a multiple of WORLD_SIZE" <<<"$out" || fail "grad_accum 3 on 2 ranks: $out"
+# the all-to-all of expert parallelism, unequal splits, checked value by value
+"$MF" launch --nproc 2 bench comm --tokens 64 --d 16 --iters 1 > comm.txt 2>&1 || { cat comm.txt; fail "bench comm"; }
+grep -q "all-to-all check passed (2 ranks" comm.txt || { cat comm.txt; fail "all-to-all check"; }
 # the rendezvous port held by another program: a clear error naming it
 python3 - "$MF" <<'PY' || fail "port in use"
 import socket, subprocess, sys
