@@ -193,7 +193,12 @@ nlohmann::json collect_report_run(const std::string& run_dir, int64_t max_points
   }
   const auto read_json = [&](const char* name) {
     const auto p = run / name;
-    return fs::exists(p) ? nlohmann::json::parse(read_file(p.string())) : nlohmann::json::object();
+    if (!fs::exists(p)) return nlohmann::json::object();
+    try {
+      return nlohmann::json::parse(read_file(p.string()));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw FormatError(fmt::format("{}: not valid JSON ({})", p.string(), e.what()));
+    }
   };
   const auto env = read_json("environment.json");
   const auto summary = read_json("summary.json");

@@ -86,6 +86,17 @@ static Config checkpoint_config_of(const std::string& path, const std::string& t
   return cfg;
 }
 
+LoadedModel load_model_or_shape(const std::string& source) {
+  if (source.size() <= 5 || source.substr(source.size() - 5) != ".toml") return load_model(source);
+  LoadedModel l;
+  l.cfg = load_config(source);
+  l.cfg.model.vocab_size = l.cfg.data.vocab_size;
+  l.tokenizer = tokenizer_in(l.cfg.data.dir);
+  l.model = TransformerLM(l.cfg.model);
+  l.model->init_weights(static_cast<uint64_t>(l.cfg.train.seed));
+  return l;
+}
+
 LoadedModel load_model(const std::string& path) {
   LoadedModel l;
   l.cfg = checkpoint_config_of(path, "lm");

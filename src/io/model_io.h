@@ -36,6 +36,11 @@ struct LoadedModel {
 // A language model; an image classifier checkpoint is an error that says so.
 LoadedModel load_model(const std::string& path);
 
+// For benchmarks: a TOML config gives a randomly initialised model of that shape (seed
+// train.seed, vocabulary data.vocab_size) with the tokenizer of its data.dir ("" when the corpus
+// is not prepared); anything else is load_model(source).
+LoadedModel load_model_or_shape(const std::string& source);
+
 struct LoadedClassifier {
   Config cfg;
   VisionTransformer model{nullptr};

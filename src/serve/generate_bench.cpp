@@ -22,17 +22,9 @@ double copy_bandwidth_gbs() {
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches) {
   GenerateBenchResult r;
-  TransformerLM model{nullptr};
-  if (source.size() > 5 && source.substr(source.size() - 5) == ".toml") {
-    r.config = load_config(source);
-    r.config.model.vocab_size = r.config.data.vocab_size;
-    model = TransformerLM(r.config.model);
-    model->init_weights(r.config.train.seed);
-  } else {
-    auto l = load_model(source);
-    r.config = l.cfg;
-    model = l.model;
-  }
+  auto loaded = load_model_or_shape(source);
+  r.config = loaded.cfg;
+  auto model = loaded.model;
   const auto counts = model->param_counts();
   r.weight_bytes_per_step = 4.0 * static_cast<double>(counts.active - counts.embedding);
   r.bandwidth_gbs = copy_bandwidth_gbs();

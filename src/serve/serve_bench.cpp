@@ -7,25 +7,11 @@
 #include <chrono>
 #include <thread>
 
-#include "data/tokenizer.h"
 #include "io/model_io.h"
 #include "serve/server.h"
 
 namespace mf {
 namespace {
-
-LoadedModel model_of(const std::string& source) {
-  if (source.size() <= 5 || source.substr(source.size() - 5) != ".toml") return load_model(source);
-  LoadedModel l;
-  l.cfg = load_config(source);
-  l.tokenizer = tokenizer_in(l.cfg.data.dir);
-  if (l.tokenizer.empty())
-    throw std::runtime_error(l.cfg.data.dir + " has no tokenizer: run `moeforge data prepare " + source + "` first");
-  l.cfg.model.vocab_size = Tokenizer(l.tokenizer).vocab_size();
-  l.model = TransformerLM(l.cfg.model);
-  l.model->init_weights(static_cast<uint64_t>(l.cfg.train.seed));
-  return l;
-}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -47,7 +33,11 @@ std::vector<ServeBenchRow> bench_serve(const std::string& source, const std::vec
   ServeOptions opt;
   opt.port = 0;
   opt.max_batch = *std::max_element(clients.begin(), clients.end());
-  CompletionServer server(model_of(source), opt);
+  auto loaded = load_model_or_shape(source);
+  if (loaded.tokenizer.empty())
+    throw std::runtime_error(loaded.cfg.data.dir + " has no tokenizer: run `moeforge data prepare " + source +
+                             "` first");
+  CompletionServer server(std::move(loaded), opt);
   std::thread serving([&] { server.run(); });
   std::vector<ServeBenchRow> rows;
   try {

@@ -84,7 +84,7 @@ double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
   std::vector<at::Tensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].grad().defined())
-      had[static_cast<int64_t>(i)] = 1;
+      had.data_ptr<float>()[i] = 1;
     else
       params[i].mutable_grad() = torch::zeros_like(params[i]);
     tensors.push_back(params[i].mutable_grad());
@@ -94,8 +94,9 @@ double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
   for (auto& m : moe)
     if (m->pending_load().defined()) tensors.push_back(m->pending_load());
   par.sum(tensors);
+  const float* any = had.data_ptr<float>();  // ranks holding each gradient
   for (size_t i = 0; i < params.size(); ++i)
-    if (had[static_cast<int64_t>(i)].item<float>() == 0) params[i].mutable_grad() = at::Tensor();
+    if (any[i] == 0) params[i].mutable_grad() = at::Tensor();
   return tensors[params.size() + 1].item<double>();
 }
 
