@@ -120,7 +120,8 @@ void register_bench_commands(CLI::App& app) {
   unif->add_option("--input-scale", uo.input_scales,
                    "scales of the layer input; larger = sharper routing, as after training")
       ->capture_default_str();
-  unif->add_option("--iters", uo.iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  unif->add_option("--iters", uo.iters, "rounds; each layer runs once per round, in turns (best is reported)")
+      ->check(CLI::PositiveNumber);
   unif->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   unif->add_option("--json", unif_json, "also write the results as JSON");
   unif->callback([] {
@@ -144,8 +145,8 @@ void register_bench_commands(CLI::App& app) {
                      {"train_vs_top2", r.train_seconds / top2.train_seconds},
                      {"blocks_vs_top2", r.mean_blocks / top2.mean_blocks}});
     }
-    std::cout << fmt::format("T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; best of {} timed runs\n", uo.tokens,
-                             uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
+    std::cout << fmt::format("T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; best of {} rounds, layers in turns\n",
+                             uo.tokens, uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
     if (!unif_json.empty()) write_file_atomic(unif_json, out.dump(2) + "\n");
   });
 

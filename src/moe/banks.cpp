@@ -53,6 +53,12 @@ at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows_PD, const at::Tens
                      down_proj_bias);
 }
 
+at::Tensor ExpertBank::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                                        const at::Tensor& counts_E) {
+  return grouped_ffn_combined(x_TD, token_P, weight_P, counts_E, gate_up_proj, down_proj,
+                              activation_ == Activation::SwiGLU, gate_up_proj_bias, down_proj_bias);
+}
+
 ExpertBlocks::ExpertBlocks(ExpertBank& bank, int64_t blocks) : bank_(bank), blocks_(blocks) {
   TORCH_CHECK(blocks >= 1 && bank.expert_hidden() % blocks == 0, "expert blocks: ", blocks,
               " blocks do not divide the expert width ", bank.expert_hidden());
@@ -63,13 +69,19 @@ at::Tensor ExpertBlocks::forward_grouped(const at::Tensor& rows_PD, const at::Te
                      bank_.gate_up_proj_bias, {}, blocks_);
 }
 
+at::Tensor ExpertBlocks::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                                          const at::Tensor& counts_U) {
+  return grouped_ffn_combined(x_TD, token_P, weight_P, counts_U, bank_.gate_up_proj, bank_.down_proj,
+                              bank_.activation() == Activation::SwiGLU, bank_.gate_up_proj_bias, {}, blocks_);
+}
+
 at::Tensor ExpertBlocks::forward_unit(int64_t u, const at::Tensor& rows) {
   return bank_.forward_block(u / blocks_, u % blocks_, blocks_, rows);
 }
 
 at::Tensor ExpertBlocks::add_output_bias(const at::Tensor& y_TD, const at::Tensor& w_TE) const {
   if (!bank_.down_proj_bias.defined()) return y_TD;
-  return y_TD + torch::matmul(w_TE.to(y_TD.dtype()), bank_.down_proj_bias);
+  return at::addmm(y_TD, w_TE.to(y_TD.dtype()), bank_.down_proj_bias);
 }
 
 }  // namespace mf

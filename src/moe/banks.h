@@ -25,6 +25,14 @@ class UnitBank : public torch::nn::Module {
   virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PX) {
     return forward_grouped(rows_PD, counts_E);
   }
+  // Inference (no grad): y_TD = sum over pairs of weight_P * unit_P(x[token_P]), pairs sorted by
+  // unit (counts_E per unit), gathered and combined chunk by chunk (moe/grouped_ffn.h); an
+  // undefined result = not offered (e.g. a bank with a per-token side input), and dispatch()
+  // takes the grouped path.
+  virtual at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                                      const at::Tensor& counts_E) {
+    return {};
+  }
 };
 
 // E FFN experts stored stacked, in the layout HF v5 and torchtitan use:
@@ -37,6 +45,8 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   int64_t num_units() const override { return num_experts_; }
   int64_t expert_hidden() const { return expert_hidden_; }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
+  at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                              const at::Tensor& counts_E) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   // block b of B of expert e on rows, without the output bias (see ExpertBlocks)
   at::Tensor forward_block(int64_t e, int64_t b, int64_t blocks, const at::Tensor& rows);
@@ -62,6 +72,8 @@ class ExpertBlocks : public UnitBank {
   ExpertBlocks(ExpertBank& bank, int64_t blocks);
   int64_t num_units() const override { return bank_.num_units() * blocks_; }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_U) override;
+  at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                              const at::Tensor& counts_U) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   // y_TD + sum_e w_TE[t, e] * down_bias[e] (unchanged without biases)
   at::Tensor add_output_bias(const at::Tensor& y_TD, const at::Tensor& w_TE) const;

@@ -1,8 +1,8 @@
 #include "moe/dispatch.h"
 
-#include "moe/combine.h"
-
 #include <torch/torch.h>
+
+#include "moe/combine.h"
 
 #include <cmath>
 
@@ -13,17 +13,23 @@ namespace {
 // rows of x for pairs already sorted by unit -> the units' outputs (the per-token side input gathered alike)
 at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& unit_P, UnitBank& bank) {
   auto counts_E = at::bincount(unit_P, {}, bank.num_units());
-  auto rows_PD = x_TD.index_select(0, token_P);
+  auto rows_PD = gather_rows(x_TD, token_P);
   const auto side_TX = bank.per_token(x_TD);
-  return side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, side_TX.index_select(0, token_P))
+  return side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, gather_rows(side_TX, token_P))
                            : bank.forward_grouped(rows_PD, counts_E);
 }
 
 }  // namespace
 
+// a stable sort of the pairs by unit (ties keep token order), or none if they come sorted
+at::Tensor unit_order(const Assignment& a) {
+  if (a.sorted_by_unit) return at::arange(a.unit_P.numel(), a.unit_P.options());
+  return std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
+}
+
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
   PairOutputs p;
-  p.order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
+  p.order_P = unit_order(a);
   p.unit_P = a.unit_P.index_select(0, p.order_P);
   p.out_PD = grouped_units(x_TD, a.token_P.index_select(0, p.order_P), p.unit_P, bank);
   return p;
@@ -31,10 +37,13 @@ PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& 
 
 DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt) {
   const int64_t E = bank.num_units();
-  auto order_P = std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));  // ties keep token order
-  auto unit_P = a.unit_P.index_select(0, order_P);
-  auto token_P = a.token_P.index_select(0, order_P);
-  auto weight_P = a.weight_P.index_select(0, order_P);
+  auto unit_P = a.unit_P, token_P = a.token_P, weight_P = a.weight_P;
+  if (!a.sorted_by_unit) {
+    auto order_P = unit_order(a);
+    unit_P = unit_P.index_select(0, order_P);
+    token_P = token_P.index_select(0, order_P);
+    weight_P = weight_P.index_select(0, order_P);
+  }
   DispatchResult r;
   r.dropped = torch::zeros({}, unit_P.options());
   if (opt.capacity_factor > 0) {  // keep the first `cap` pairs of each unit (token order)
@@ -47,6 +56,10 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     unit_P = unit_P.index_select(0, keep);
     token_P = token_P.index_select(0, keep);
     weight_P = weight_P.index_select(0, keep);
+  }
+  if (!at::GradMode::is_enabled()) {
+    r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, at::bincount(unit_P, {}, E));
+    if (r.y_TD.defined()) return r;
   }
   r.y_TD = combine(grouped_units(x_TD, token_P, unit_P, bank), token_P, weight_P.to(x_TD.dtype()), x_TD.size(0));
   return r;

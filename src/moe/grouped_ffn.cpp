@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include "moe/combine.h"
+
 namespace mf {
 namespace {
 
@@ -41,6 +43,19 @@ struct Units {
     }
   }
   at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
+  // unit u on rows x [n, D] into h [n, 2M|M], a [n, M], y [n, D]; b2 (the whole expert's) only with one block
+  void forward(size_t u, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
+               const at::Tensor& b2, at::Tensor h, at::Tensor a, at::Tensor y) const {
+    const int64_t e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
+    at::mm_out(h, x, w1(gate_up[e], b).t());
+    if (b1.numel()) h.add_(w1(b1[e], b));
+    if (swiglu)
+      at::mul_out(a, at::silu(h.narrow(1, 0, M)), h.narrow(1, M, M));
+    else
+      at::gelu_out(a, h);
+    at::mm_out(y, a, w2(down[e], b).t());
+    if (b2.numel()) y.add_(b2[e]);
+  }
 };
 
 struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
@@ -54,18 +69,10 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     auto y = at::empty({P, D}, rows.options());
     int64_t off = 0;
     for (size_t u = 0; u < counts.size(); ++u) {
-      const int64_t n = counts[u], e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
+      const int64_t n = counts[u];
       if (n == 0) continue;
-      auto x = rows.narrow(0, off, n), hu = h.narrow(0, off, n), au = a.narrow(0, off, n);
-      at::mm_out(hu, x, units.w1(gate_up[e], b).t());
-      if (b1.numel()) hu.add_(units.w1(b1[e], b));
-      if (swiglu)
-        at::mul_out(au, at::silu(hu.narrow(1, 0, M)), hu.narrow(1, M, M));
-      else
-        at::gelu_out(au, hu);
-      auto yu = y.narrow(0, off, n);
-      at::mm_out(yu, au, units.w2(down[e], b).t());
-      if (b2.numel()) yu.add_(b2[e]);
+      units.forward(u, rows.narrow(0, off, n), gate_up, down, b1, b2, h.narrow(0, off, n), a.narrow(0, off, n),
+                    y.narrow(0, off, n));
       off += n;
     }
     ctx->save_for_backward({rows, gate_up, down, h, a});
@@ -121,20 +128,57 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
   }
 };
 
+std::vector<int64_t> host_counts(const at::Tensor& counts_U, int64_t E, int64_t F, int64_t blocks) {
+  TORCH_CHECK(blocks >= 1 && F % blocks == 0, "grouped_ffn: ", blocks, " blocks do not divide the hidden width ", F);
+  TORCH_CHECK(counts_U.numel() == E * blocks, "grouped_ffn: ", counts_U.numel(), " unit counts for ", E, " experts x ",
+              blocks, " blocks");
+  auto host = counts_U.to(at::kCPU, at::kLong).contiguous();
+  return {host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel()};
+}
+
 }  // namespace
+
+at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                                const at::Tensor& counts_U, const at::Tensor& gate_up, const at::Tensor& down_EDF,
+                                bool swiglu, const at::Tensor& gate_up_bias, const at::Tensor& down_bias,
+                                int64_t blocks, int64_t chunk_hidden) {
+  TORCH_CHECK(!at::GradMode::is_enabled(), "grouped_ffn_combined is the inference path: call it without grad");
+  const int64_t D = x_TD.size(1), F = down_EDF.size(2), M = F / blocks;
+  const auto counts = host_counts(counts_U, down_EDF.size(0), F, blocks);
+  TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn_combined: the output bias belongs to the whole expert");
+  const Units units{blocks, F, M, swiglu};
+  const auto none = at::empty({0}, x_TD.options());
+  const auto& b1 = gate_up_bias.defined() ? gate_up_bias : none;
+  const auto& b2 = down_bias.defined() ? down_bias : none;
+  auto x = x_TD.contiguous();
+  auto token = token_P.to(at::kLong).contiguous();
+  auto weight = weight_P.to(x.scalar_type()).contiguous();
+  auto y_TD = at::zeros_like(x);
+  const int64_t R = std::max<int64_t>(1, chunk_hidden / M);
+  auto rows = at::empty({R, D}, x.options()), h = at::empty({R, swiglu ? 2 * M : M}, x.options());
+  auto a = at::empty({R, M}, x.options()), out = at::empty({R, D}, x.options());
+  int64_t start = 0;
+  for (size_t u = 0; u < counts.size(); ++u) {
+    for (int64_t off = 0; off < counts[u]; off += R) {
+      const int64_t n = std::min(R, counts[u] - off);
+      auto token_n = token.narrow(0, start + off, n);
+      auto rows_n = rows.narrow(0, 0, n), out_n = out.narrow(0, 0, n);
+      gather_into(rows_n, x, token_n);
+      units.forward(u, rows_n, gate_up, down_EDF, b1, b2, h.narrow(0, 0, n), a.narrow(0, 0, n), out_n);
+      combine_into(y_TD, out_n, token_n, weight.narrow(0, start + off, n));
+    }
+    start += counts[u];
+  }
+  return y_TD;
+}
 
 at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down_EDF,
                        const at::Tensor& counts_U, bool swiglu, const at::Tensor& gate_up_bias,
                        const at::Tensor& down_bias, int64_t blocks) {
-  const int64_t E = down_EDF.size(0), F = down_EDF.size(2);
-  TORCH_CHECK(blocks >= 1 && F % blocks == 0, "grouped_ffn: ", blocks, " blocks do not divide the hidden width ", F);
-  TORCH_CHECK(counts_U.numel() == E * blocks, "grouped_ffn: ", counts_U.numel(), " unit counts for ", E, " experts x ",
-              blocks, " blocks");
+  const auto counts = host_counts(counts_U, down_EDF.size(0), down_EDF.size(2), blocks);
   TORCH_CHECK(blocks == 1 || !down_bias.defined(),
               "grouped_ffn: the output bias belongs to the whole expert; add it "
               "once per expert when units are blocks");
-  auto host = counts_U.to(at::kCPU, at::kLong).contiguous();
-  std::vector<int64_t> counts(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
   // autograd::Function takes no undefined tensors: an empty one stands for "no bias"
   auto none = at::empty({0}, rows_PD.options());
   return GroupedFFN::apply(rows_PD.contiguous(), gate_up, down_EDF, gate_up_bias.defined() ? gate_up_bias : none,

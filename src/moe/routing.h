@@ -20,6 +20,9 @@ struct Assignment {
   at::Tensor unit_P;    // int64: unit (expert) of pair p
   at::Tensor weight_P;  // combine weight (differentiable through the router)
   int64_t num_tokens = 0, num_units = 0;
+  // pairs already grouped by unit in ascending order, tokens ascending within a unit (what
+  // dispatch's stable sort would give): dispatch skips the sort
+  bool sorted_by_unit = false;
 };
 
 // A per-token integer a method reports (e.g. how many units each token used), with its

@@ -5,6 +5,7 @@
 
 #include "moe/banks.h"
 #include "moe/dispatch.h"
+#include "moe/grouped_ffn.h"
 
 using namespace mf;
 
@@ -73,4 +74,44 @@ TEST(ExpertBlocks, OutputBiasIsAddedOncePerExpertWeight) {
   auto b = bank.down_proj_bias.detach();
   EXPECT_TRUE(torch::allclose(y[0], 0.5 * b[0] + 0.25 * b[2]));
   EXPECT_TRUE(torch::allclose(y[1], b[1]));
+}
+
+// The inference path (gather, unit FFN and combine per chunk) equals the per-unit reference,
+// across chunk boundaries (chunks of 1, 3 and all rows), empty units, B = 1 with the output bias.
+TEST(ExpertBlocks, CombinedInferencePathMatchesReference) {
+  torch::manual_seed(9);
+  for (std::string act : {"gelu", "swiglu"})
+    for (int64_t B : {1, 2, 3}) {
+      const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
+      auto bank = random_bank(E, D, F, act, /*bias=*/true);
+      ExpertBlocks blocks(bank, B);
+      UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
+      auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
+      Assignment a{torch::randint(T, {P}, torch::kLong), unit_P, torch::randn({P}, torch::kFloat64), T, E * B};
+      auto x = torch::randn({T, D}, torch::kFloat64);
+      torch::NoGradGuard g;
+      auto ref = dense_reference(x, a, units);
+      auto counts = torch::bincount(unit_P, {}, E * B);
+      for (int64_t rows : {int64_t{1}, int64_t{3}, P}) {
+        auto y =
+            grouped_ffn_combined(x, a.token_P, a.weight_P, counts, bank.gate_up_proj, bank.down_proj, act == "swiglu",
+                                 bank.gate_up_proj_bias, B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
+        EXPECT_TRUE(torch::allclose(y, ref, 1e-12, 1e-12)) << act << " B=" << B << " chunk rows " << rows;
+      }
+      EXPECT_TRUE(torch::allclose(dispatch(x, a, units).y_TD, ref, 1e-12, 1e-12)) << "dispatch without grad";
+    }
+}
+
+TEST(ExpertBlocks, CombinedPathRefusesGradModeAndSortedPairsSkipTheSort) {
+  auto bank = random_bank(2, 3, 4, "gelu", false);
+  auto x = torch::randn({3, 3}, torch::kFloat64);
+  auto token = torch::tensor({2, 0, 1, 2}, torch::kLong), counts = torch::tensor({2, 2}, torch::kLong);
+  auto weight = torch::ones({4}, torch::kFloat64);
+  EXPECT_THROW(grouped_ffn_combined(x, token, weight, counts, bank.gate_up_proj, bank.down_proj, false), c10::Error);
+  // pairs given unit-major (units 0, 0, 1, 1) with the flag give what the sorted path gives
+  Assignment sorted{token, torch::tensor({0, 0, 1, 1}, torch::kLong), weight, 3, 2};
+  sorted.sorted_by_unit = true;
+  Assignment shuffled{torch::tensor({1, 2, 0, 2}, torch::kLong), torch::tensor({1, 0, 0, 1}, torch::kLong), weight, 3,
+                      2};
+  EXPECT_TRUE(torch::allclose(dispatch(x, sorted, bank).y_TD, dispatch(x, shuffled, bank).y_TD, 1e-12, 1e-12));
 }

@@ -185,6 +185,22 @@ TEST(Combine, MatchesScaledIndexAddInOutputAndGradients) {
   }
 }
 
+TEST(Combine, GatherRowsMatchesIndexSelectInOutputAndGradients) {
+  torch::manual_seed(7);
+  for (auto [P, T, D] : std::vector<std::array<int64_t, 3>>{{9, 5, 3}, {300, 7, 150}, {0, 4, 6}}) {
+    auto token = torch::randint(0, T - 1, {P}, torch::kLong);  // repeats; token T - 1 is never read
+    auto x = torch::randn({T, D}, torch::kFloat64).requires_grad_(true);
+    auto up = torch::randn({P, D}, torch::kFloat64);
+    auto fast = gather_rows(x, token);
+    auto ref = x.index_select(0, token);
+    EXPECT_TRUE(torch::equal(fast, ref)) << "P=" << P;
+    auto fast_grad = torch::autograd::grad({(fast * up).sum()}, {x})[0];
+    auto ref_grad = torch::autograd::grad({(ref * up).sum()}, {x})[0];
+    EXPECT_TRUE(torch::allclose(fast_grad, ref_grad, 1e-12, 1e-12)) << "P=" << P;
+    EXPECT_TRUE(torch::equal(fast_grad[T - 1], torch::zeros({D}, torch::kFloat64)));
+  }
+}
+
 TEST(Losses, SwitchAuxIsAlphaAtUniformRouting) {
   // uniform probabilities and perfectly even assignment: f_i = P_i = 1/E -> alpha * E * E / E^2 = alpha
   auto probs = torch::full({8, 4}, 0.25, torch::kFloat64);

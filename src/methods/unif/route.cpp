@@ -37,15 +37,17 @@ UniFRouting unif_route(const at::Tensor& logits_TJ, const at::Tensor& priority_T
   r.chosen_TK = at::zeros({T, K}, idx.dtype(at::kBool)).scatter(1, rank_order_TK, take_TK);
   r.blocks_T = r.b_T + r.k_T * (B - r.b_T);
 
-  // pairs: shared (t, b) with weight alpha; residual (t, j, b) on the complementary blocks with weight p_j
-  auto shared = r.shared_TB.nonzero();  // [n, 2]
-  auto s_token = shared.select(1, 0), s_block = shared.select(1, 1);
-  auto residual = (r.chosen_TK.unsqueeze(2) & r.shared_TB.logical_not().unsqueeze(1)).nonzero();  // [m, 3]
-  auto r_token = residual.select(1, 0), r_expert = residual.select(1, 1), r_block = residual.select(1, 2);
+  // pairs, unit-major (dispatch needs no sort): shared (b, t) with weight alpha; residual
+  // (j, b, t) on the complementary blocks with weight p_j
+  auto shared = r.shared_TB.t().nonzero();  // [n, 2]: (block, token)
+  auto s_block = shared.select(1, 0), s_token = shared.select(1, 1);
+  auto residual = (r.chosen_TK.t().unsqueeze(1) & r.shared_TB.logical_not().t().unsqueeze(0)).nonzero();  // [m, 3]
+  auto r_expert = residual.select(1, 0), r_block = residual.select(1, 1), r_token = residual.select(1, 2);
   auto& a = r.assignment;
   a.token_P = at::cat({s_token, r_token});
   a.unit_P = at::cat({s_block, (r_expert + 1) * B + r_block});
   a.weight_P = at::cat({r.alpha_T.index_select(0, s_token), r.probs_TK.index({r_token, r_expert})});
+  a.sorted_by_unit = true;
   a.num_tokens = T;
   a.num_units = (K + 1) * B;
   r.weight_TJ = at::cat({r.alpha_T.unsqueeze(1), r.probs_TK * r.chosen_TK.to(r.probs_TK.dtype())}, 1);
