@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "dist/comm_bench.h"
+#include "dist/expert_parallel.h"
 #include "dist/gloo_group.h"
 #include "dist/launch.h"
 #include "dist/world.h"
@@ -48,7 +49,8 @@ void register_dist_commands(CLI::App& app) {
 void add_comm_bench(CLI::App* bench) {
   auto* cm = bench->add_subcommand(
       "comm",
-      "under `moeforge launch --nproc N`: checks an all-to-all with unequal splits, times all-reduces and the MoE "
+      "under `moeforge launch --nproc N`: checks an all-to-all with unequal splits and an expert-parallel MoE "
+      "layer against one process (float64, outputs and gradients), times all-reduces and the MoE "
       "dispatch all-to-all, and projects expert-parallel traffic for a 64-expert model over 8 and 64 ranks");
   static CommBenchOptions opt;
   cm->add_option("--tokens", opt.tokens, "tokens per rank")->capture_default_str()->check(CLI::PositiveNumber);
@@ -62,8 +64,13 @@ void add_comm_bench(CLI::App* bench) {
     if (!world) throw ConfigError("bench comm needs a group: run it as `moeforge launch --nproc 2 bench comm`");
     auto group = join_gloo_group(*world);
     const auto rows = bench_comm(*group, opt);
+    const double ep_diff = check_expert_parallel(*group);
     if (group->rank() != 0) return;
     std::cout << fmt::format("all-to-all check passed ({} ranks, unequal splits)\n", group->world());
+    std::cout << fmt::format(
+        "expert-parallel check passed: one MoE layer, float64, output and gradients equal one process's within "
+        "{:.2g}\n",
+        ep_diff);
     std::cout << fmt::format("{:<44} {:>12} {:>10} {:>10}\n", "collective", "MB sent", "ms", "GB/s");
     for (const auto& r : rows)
       std::cout << fmt::format("{:<44} {:>12.2f} {:>10.2f} {:>10.2f}\n", r.what, r.bytes / 1e6, 1e3 * r.seconds, r.gbs);

@@ -9,6 +9,7 @@
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
+#include "dist/expert_parallel.h"
 #include "dist/gloo_group.h"
 #include "dist/world.h"
 #include "io/checkpoint.h"
@@ -59,6 +60,11 @@ void register_train_commands(CLI::App& app) {
                  "profile N steps after a 5-step warm-up: RUN/profile.json (Chrome trace) and RUN/profile.txt "
                  "(operators by self time per step)")
       ->check(CLI::PositiveNumber);
+  static bool expert_parallel = false;
+  tr->add_flag("--expert-parallel", expert_parallel,
+               "with WORLD_SIZE > 1 (moeforge launch, torchrun): each rank computes 1/WORLD_SIZE of every MoE layer's "
+               "experts and tokens travel to them by all-to-all (parameters stay replicated; UniF-MoE and IntBMoE "
+               "layers stay data parallel)");
   tr->callback([] {
     Config cfg;
     const auto run_config = std::filesystem::path(opt.resume) / "config.toml";
@@ -86,6 +92,13 @@ void register_train_commands(CLI::App& app) {
       if (world->rank > 0) spdlog::set_level(spdlog::level::warn);
       group = join_gloo_group(*world);
       opt.parallel = group.get();
+      if (expert_parallel)
+        opt.distribute = [&group](const std::vector<std::shared_ptr<FeedForward>>& ffns) {
+          const auto n = enable_expert_parallel(ffns, *group);
+          spdlog::info("expert parallel: {} MoE layers, their experts split over {} ranks", n, group->world());
+        };
+    } else if (expert_parallel) {
+      spdlog::warn("--expert-parallel: one process (WORLD_SIZE unset or 1), nothing to split");
     }
     auto result = train(cfg, opt);
     if (group && group->rank() > 0) return;

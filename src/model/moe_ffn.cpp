@@ -134,7 +134,7 @@ std::pair<at::Tensor, at::Tensor> MoEFeedForward::forward_experts(const at::Tens
   auto units_in = x_TD;
   for (auto& ext : extensions_) units_in = ext->units_input(*this, units_in);
   if (dispatch_hook) dispatch_hook(units_in, routed);
-  auto result = dispatch(units_in, a, *experts, dispatch_);
+  auto result = dispatch(units_in, a, dispatch_bank ? *dispatch_bank : *experts, dispatch_);
   auto y_TD = result.y_TD;
   for (auto it = extensions_.rbegin(); it != extensions_.rend(); ++it) y_TD = (*it)->units_output(*this, y_TD);
   return {y_TD, result.dropped};

@@ -109,6 +109,9 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
 
   Router gate{nullptr};
   std::shared_ptr<ExpertBank> experts, shared_experts;
+  // Where dispatch sends the routed pairs when set (not a registered module: it computes with
+  // `experts`' parameters); dist/ sets an expert-parallel wrapper. Null = `experts` itself.
+  std::shared_ptr<UnitBank> dispatch_bank;
   torch::nn::Linear shared_gate{nullptr};  // model.moe.shared_gate: w [1, D]
   int64_t layer;
   int64_t bank_group = -1;  // index of the shared bank this layer routes into (-1: its own experts)

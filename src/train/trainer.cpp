@@ -217,6 +217,7 @@ struct Trainer {
       for (auto& [name, t] : model_tensors(model)) values.push_back(t);
       par->broadcast(values);
     }
+    if (opt.distribute) opt.distribute(task->feed_forwards());
     if (lead) {
       fs::create_directories(run_dir / "checkpoints");
       write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));

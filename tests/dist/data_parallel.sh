@@ -2,7 +2,8 @@
 # Data parallel on c10d (Gloo, loopback): 2 ranks == 1 process with the same global batch,
 # bitwise (two-rank sums are exact), for a dense model and an MoE with the aux-free bias;
 # resume of a 2-rank run on 1 rank and back; kill -9 of a worker stops the run within 60 s;
-# a bad world is a clear error.
+# a bad world is a clear error; expert parallel equals one process (layer in float64, training
+# runs within float32 reassociation), UniPool included.
 # Usage: MOEFORGE=path/to/moeforge data_parallel.sh WORKDIR
 set -euo pipefail
 MF=${MOEFORGE:?set MOEFORGE to the binary}
@@ -33,6 +34,38 @@ for kind in dense moe; do
   grep -q '"comm_s_per_step"' runs/${kind}_two/metrics.jsonl || fail "no communication time in the metrics"
   same_model ${kind}_one ${kind}_two
 done
+# expert parallel: each rank computes half of every layer's experts, tokens travel by all-to-all;
+# the losses equal one process's within float32 reassociation (1e-5 relative), and so does
+# UniPool's shared pool; a run stopped under expert parallel resumes on one process
+close_losses() {  # close_losses RUN_A RUN_B
+  python3 - "runs/$1/metrics.jsonl" "runs/$2/metrics.jsonl" <<'PY' || fail "$2's losses differ from $1's"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"{len(a)} losses, largest relative difference {worst:.2e}")
+sys.exit(0 if worst < 1e-5 else 1)
+PY
+}
+"$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=moe_ep --expert-parallel > ep.txt 2>&1 ||
+  { cat ep.txt; fail "expert parallel"; }
+grep -q "expert parallel: 2 MoE layers, their experts split over 2 ranks" ep.txt || fail "expert parallel not enabled"
+close_losses moe_one moe_ep
+POOL=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
+      --set model.moe.unipool.groups=1 --set model.moe.router=norm_topk)
+"$MF" train tiny.toml "${POOL[@]}" --set run.name=pool_one > /dev/null 2>&1 || fail "unipool one process"
+"$MF" launch --nproc 2 train tiny.toml "${POOL[@]}" --set run.name=pool_ep --expert-parallel > /dev/null 2>&1 ||
+  fail "unipool expert parallel"
+close_losses pool_one pool_ep
+"$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=ep_one --expert-parallel --stop-after 3 > /dev/null 2>&1 ||
+  fail "stop under expert parallel"
+"$MF" train --resume runs/ep_one > /dev/null 2>&1 || fail "resume an expert-parallel run on 1 process"
+close_losses moe_one ep_one
+set +e
+out=$("$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set model.moe.num_experts=3 --set run.name=ep3 --expert-parallel 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "3 experts do not split evenly over WORLD_SIZE = 2" <<<"$out" || fail "3 experts on 2 ranks: $out"
 # stopped on 2 ranks, resumed on 1; stopped on 1, resumed on 2: both equal the straight run
 "$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=two_one --stop-after 3 > /dev/null 2>&1 || fail "stop 2"
 "$MF" train --resume runs/two_one > /dev/null 2>&1 || fail "resume on 1"
@@ -71,6 +104,7 @@ set -e
 # the all-to-all of expert parallelism, unequal splits, checked value by value
 "$MF" launch --nproc 2 bench comm --tokens 64 --d 16 --iters 1 > comm.txt 2>&1 || { cat comm.txt; fail "bench comm"; }
 grep -q "all-to-all check passed (2 ranks" comm.txt || { cat comm.txt; fail "all-to-all check"; }
+grep -q "expert-parallel check passed" comm.txt || { cat comm.txt; fail "expert-parallel layer check"; }
 # the rendezvous port held by another program: a clear error naming it
 python3 - "$MF" <<'PY' || fail "port in use"
 import socket, subprocess, sys

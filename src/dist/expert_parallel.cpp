@@ -1,0 +1,145 @@
+#include "dist/expert_parallel.h"
+
+#include <fmt/format.h>
+#include <torch/autograd.h>
+
+#include <numeric>
+
+#include "core/config.h"
+#include "moe/combine.h"
+#include "moe/dispatch.h"
+#include "moe/routers.h"
+
+namespace mf {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+struct ExchangeRows : public torch::autograd::Function<ExchangeRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, DataParallel* group,
+                            const std::vector<int64_t>& out_rows, const std::vector<int64_t>& in_rows) {
+    ctx->saved_data["out_rows"] = c10::IValue(out_rows);
+    ctx->saved_data["in_rows"] = c10::IValue(in_rows);
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    auto in = rows.contiguous();
+    auto out = at::empty({total(out_rows), rows.size(1)}, rows.options());
+    group->all_to_all(out, in, out_rows, in_rows);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* group = reinterpret_cast<DataParallel*>(ctx->saved_data["group"].toInt());
+    const auto out_rows = ctx->saved_data["out_rows"].toIntVector();
+    const auto in_rows = ctx->saved_data["in_rows"].toIntVector();
+    auto dout = grads[0].contiguous();
+    auto din = at::empty({total(in_rows), dout.size(1)}, dout.options());
+    group->all_to_all(din, dout, in_rows, out_rows);  // the way back: splits swapped
+    return {din, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor exchange_rows(DataParallel& group, const at::Tensor& rows, const std::vector<int64_t>& out_rows,
+                         const std::vector<int64_t>& in_rows) {
+  return ExchangeRows::apply(rows, &group, out_rows, in_rows);
+}
+
+ExpertParallelBank::ExpertParallelBank(std::shared_ptr<ExpertBank> bank, DataParallel& group)
+    : bank_(std::move(bank)), group_(group), owned_(bank_->num_units() / group.world()) {
+  if (bank_->num_units() % group.world() != 0)
+    throw ConfigError(fmt::format(
+        "expert parallel: {} experts do not split evenly over WORLD_SIZE = {} ranks (model.moe.num_experts, or "
+        "the UniPool pool size, must be a multiple of it)",
+        bank_->num_units(), group.world()));
+}
+
+// rows_PD sorted by expert (counts_E of each) -> the experts' outputs in the same order.
+at::Tensor ExpertParallelBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) {
+  if (!at::GradMode::is_enabled() || !bank_->is_training()) return bank_->forward_grouped(rows_PD, counts_E);
+  const int W = group_.world();
+  const int64_t E = num_units(), L = owned_;
+  auto sent_E = counts_E.to(at::kCPU, at::kLong).contiguous();
+  // what each rank will receive, per source rank and owned expert: [W, L]
+  auto got_WL = at::empty({W * L}, sent_E.options());
+  group_.all_to_all(got_WL, sent_E, std::vector<int64_t>(W, L), std::vector<int64_t>(W, L));
+  got_WL = got_WL.view({W, L});
+  const auto sent_W = sent_E.view({W, L}).sum(1), got_W = got_WL.sum(1);
+  const std::vector<int64_t> in_rows(sent_W.data_ptr<int64_t>(), sent_W.data_ptr<int64_t>() + W);
+  const std::vector<int64_t> out_rows(got_W.data_ptr<int64_t>(), got_W.data_ptr<int64_t>() + W);
+  auto received = exchange_rows(group_, rows_PD, out_rows, in_rows);  // by source rank, then expert
+
+  // regroup by owned expert: the i-th row of the local batch is received row order[i], and
+  // received row j is local row place[j]
+  const int64_t R = received.size(0);
+  const auto* got = got_WL.data_ptr<int64_t>();
+  auto order_R = at::empty({R}, sent_E.options()), place_R = at::empty({R}, sent_E.options());
+  auto *order = order_R.data_ptr<int64_t>(), *place = place_R.data_ptr<int64_t>();
+  std::vector<int64_t> start(W * L);
+  for (int64_t i = 0, off = 0; i < W * L; off += got[i], ++i) start[i] = off;
+  int64_t i = 0;
+  for (int64_t l = 0; l < L; ++l)
+    for (int q = 0; q < W; ++q)
+      for (int64_t j = 0; j < got[q * L + l]; ++j, ++i) place[order[i] = start[q * L + l] + j] = i;
+  auto counts_local = at::zeros({E}, sent_E.options());
+  counts_local.narrow(0, first_owned(), L).copy_(got_WL.sum(0));
+  auto out_local = bank_->forward_grouped(gather_rows(received, order_R), counts_local);
+  auto back = gather_rows(out_local, place_R);  // received order again
+  return exchange_rows(group_, back, in_rows, out_rows);
+}
+
+double check_expert_parallel(DataParallel& group, int64_t tokens) {
+  const int W = group.world();
+  const int64_t E = 2 * W, D = 6, F = 5, T = tokens;
+  torch::manual_seed(11);  // the same layer and tokens on every rank
+  auto bank = std::make_shared<ExpertBank>(E, D, F);
+  bank->to(torch::kFloat64);
+  RouterOptions o;
+  o.num_experts = E;
+  o.top_k = 2;
+  Router router(D, o);
+  router->to(torch::kFloat64);
+  auto x_all = torch::randn({W * T, D}, torch::kFloat64), up_all = torch::randn({W * T, D}, torch::kFloat64);
+  auto run = [&](const at::Tensor& x_in, const at::Tensor& up, UnitBank& units) {
+    for (auto& p : bank->parameters()) p.mutable_grad() = at::Tensor();
+    auto x = x_in.clone().requires_grad_(true);
+    auto y = dispatch(x, router->forward(x).assignment, units).y_TD;
+    (y * up).sum().backward();
+    return std::vector<at::Tensor>{y.detach(), x.grad(), bank->gate_up_proj.grad().clone(),
+                                   bank->down_proj.grad().clone()};
+  };
+  const auto mine = at::arange(group.rank() * T, (group.rank() + 1) * T, at::kLong);
+  auto ref = run(x_all, up_all, *bank);
+  ExpertParallelBank ep(bank, group);
+  auto got = run(x_all.index_select(0, mine), up_all.index_select(0, mine), ep);
+  std::vector<at::Tensor> grads = {got[2], got[3]};
+  group.sum(grads);
+  const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> pairs = {
+      {"output", {got[0], ref[0].index_select(0, mine)}},
+      {"input gradient", {got[1], ref[1].index_select(0, mine)}},
+      {"gate_up_proj gradient", {grads[0], ref[2]}},
+      {"down_proj gradient", {grads[1], ref[3]}}};
+  double worst = 0;
+  for (auto& [what, p] : pairs) {
+    const double diff = (p.first - p.second).abs().max().item<double>();
+    if (diff > 1e-10)
+      throw std::runtime_error(
+          fmt::format("expert parallel: rank {}: the {} differs from one process by {:.3g}", group.rank(), what, diff));
+    worst = std::max(worst, diff);
+  }
+  return worst;
+}
+
+int64_t enable_expert_parallel(const std::vector<std::shared_ptr<FeedForward>>& ffns, DataParallel& group) {
+  int64_t n = 0;
+  for (auto& slot : moe_layers(ffns)) {
+    slot->dispatch_bank = std::make_shared<ExpertParallelBank>(slot->experts, group);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace mf
