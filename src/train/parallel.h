@@ -28,4 +28,11 @@ class DataParallel {
   virtual double take_comm_seconds() = 0;
 };
 
+// In place, every tensor becomes its mean over the group's ranks (HasRankState's round sync).
+inline void average_over_ranks(DataParallel& group, std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  group.sum(tensors);
+  for (auto& t : tensors) t.div_(group.world());
+}
+
 }  // namespace mf

@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "core/rank_state.h"
 #include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
@@ -227,6 +228,7 @@ struct Trainer {
     auto counts = task->param_counts();
     if (lead) write_file_atomic((run_dir / "environment.json").string(), environment_json(cfg, counts).dump(2) + "\n");
     const auto moe = moe_layers(task->feed_forwards());
+    auto rank_state = collect_rank_state(model);
     const auto routing = routing_slots(task->feed_forwards());
     spdlog::info(
         "model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
@@ -266,6 +268,7 @@ struct Trainer {
         loss_sum += loss.item<double>();
         if (auto a = aux.total(); a.defined()) loss = loss + a;
         (loss / static_cast<double>(cfg.train.grad_accum)).backward();
+        if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
       }
       if (par) loss_sum = sum_over_ranks(*par, model, moe, loss_sum);
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();

@@ -57,6 +57,11 @@ POOL=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 
 "$MF" launch --nproc 2 train tiny.toml "${POOL[@]}" --set run.name=pool_ep --expert-parallel > /dev/null 2>&1 ||
   fail "unipool expert parallel"
 close_losses pool_one pool_ep
+# with UniPool's pool loss the ranks average their one-step-behind fractions every round of
+# micro-batches (a collective per micro-batch: a mismatch would hang or fail here)
+"$MF" launch --nproc 2 train tiny.toml "${POOL[@]}" --set model.moe.unipool.aux_loss_coef=0.01 --set run.name=pool_aux \
+  --expert-parallel > pool_aux.txt 2>&1 || { cat pool_aux.txt; fail "unipool pool loss on 2 ranks"; }
+grep -q 'pool_aux' runs/pool_aux/metrics.jsonl || fail "no pool loss logged"
 "$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=ep_one --expert-parallel --stop-after 3 > /dev/null 2>&1 ||
   fail "stop under expert parallel"
 "$MF" train --resume runs/ep_one > /dev/null 2>&1 || fail "resume an expert-parallel run on 1 process"

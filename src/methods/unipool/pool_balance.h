@@ -8,9 +8,11 @@
 #pragma once
 #include <torch/nn/module.h>
 
+#include "core/rank_state.h"
+
 namespace mf {
 
-class PoolBalanceImpl : public torch::nn::Module {
+class PoolBalanceImpl : public torch::nn::Module, public HasRankState {
  public:
   PoolBalanceImpl(int64_t pool_size, int64_t num_layers, double alpha);
   // One layer's term alpha * M * <fbar, mean_t scores_TM>. When `record` (training with
@@ -19,6 +21,8 @@ class PoolBalanceImpl : public torch::nn::Module {
 
   at::Tensor fraction;  // buffer [M]: fbar of the previous micro-batch (saved for exact resume)
   at::Tensor ready;     // buffer []: 1 once fbar has been measured (float, so casts and checkpoints keep it)
+  // Data parallel: fbar becomes the mean over the ranks' previous micro-batches (one round)
+  std::vector<at::Tensor> rank_state() override { return {fraction, ready}; }
 
  private:
   int64_t pool_size_, num_layers_;

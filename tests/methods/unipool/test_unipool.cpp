@@ -7,12 +7,14 @@
 
 #include "analysis/expert_usage.h"
 #include "core/config.h"
+#include "core/rank_state.h"
 #include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
 #include "model/transformer.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
 #include "test_support.h"
+#include "train/parallel.h"
 
 using namespace mf;
 
@@ -369,4 +371,49 @@ TEST(SharedPool, ConfigValidationNamesTheKey) {
   EXPECT_EQ(c.model.moe.section<UniPoolConfig>().groups, 2);
   EXPECT_EQ(c.model.moe.section<UniPoolConfig>().aux_loss_coef, 0.02);
   EXPECT_NE(to_toml(c).find("moe.unipool.groups = 2"), std::string::npos);
+}
+
+namespace {
+
+// A second rank simulated in one process: sum() adds the partner's tensors.
+class PartnerGroup : public DataParallel {
+ public:
+  explicit PartnerGroup(std::vector<at::Tensor> partner) : partner_(std::move(partner)) {}
+  int rank() const override { return 0; }
+  int world() const override { return 2; }
+  void sum(std::vector<at::Tensor>& t) override {
+    ASSERT_EQ(t.size(), partner_.size());
+    for (size_t i = 0; i < t.size(); ++i) t[i].add_(partner_[i]);
+  }
+  void broadcast(std::vector<at::Tensor>&) override {}
+  void barrier() override {}
+  void all_to_all(at::Tensor&, at::Tensor&, std::vector<int64_t>, std::vector<int64_t>) override {}
+  double take_comm_seconds() override { return 0; }
+
+ private:
+  std::vector<at::Tensor> partner_;
+};
+
+}  // namespace
+
+TEST(SharedPool, DataParallelRanksAverageThePoolFractions) {
+  auto c = pool_model(2);
+  c.moe.section<UniPoolConfig>().aux_loss_coef = 0.01;
+  TransformerLM m(c);
+  auto state = collect_rank_state(*m);
+  ASSERT_EQ(state.size(), 4u);  // two pools: fraction and ready each, pool by pool
+  EXPECT_EQ(state[0].numel(), 8);
+  m->train();
+  AuxLosses aux;
+  m->forward(torch::randint(0, 37, {2, 9}, torch::kLong), aux);  // measures this rank's fractions
+  const auto mine = state[0].clone();
+  EXPECT_NEAR(mine.sum().item<double>(), 1.0, 1e-6);
+  auto partner = torch::zeros({8});
+  partner[3] = 1;  // the other rank sent every pair to expert 3
+  PartnerGroup group({partner, torch::ones({}), torch::zeros({8}), torch::ones({})});
+  average_over_ranks(group, state);
+  EXPECT_TRUE(torch::allclose(collect_rank_state(*m)[0], (mine + partner) / 2));  // in place, in the module
+  EXPECT_DOUBLE_EQ(state[1].item<double>(), 1.0);                                 // measured on both ranks
+  TransformerLM plain(pool_model(2));                                             // no pool loss: nothing to agree on
+  EXPECT_TRUE(collect_rank_state(*plain).empty());
 }
