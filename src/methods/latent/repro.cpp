@@ -82,7 +82,7 @@ ReproResult latent_repro(ReproArgs args, int64_t multiple) {
     MoELayerShape s = ref;
     s.latent = l;
     s.expert_hidden = ref.latent * ref.expert_hidden / l;
-    sweep.push_back({fmt::format("l{}_m{}", l, s.expert_hidden), repeat_shape(s, L)});
+    sweep.push_back({fmt::format("l{}_m{}", l, s.expert_hidden), repeat_shape(s, L), 0, {}});
   }
   train_arms(sweep, base, seeds);
 
@@ -109,10 +109,10 @@ ReproResult latent_repro(ReproArgs args, int64_t multiple) {
     return format_latent_shapes(v);
   };
   const double dev = std::max(sn.max_abs_deviation(), sw.max_abs_deviation());
-  std::vector<Arm> alloc = {{"two_segment", place(true), dev},
-                            {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation()},
-                            {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation()},
-                            {"swapped", place(false), dev}};
+  std::vector<Arm> alloc = {{"two_segment", place(true), dev, {}},
+                            {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation(), {}},
+                            {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation(), {}},
+                            {"swapped", place(false), dev, {}}};
   train_arms(alloc, base, seeds);
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
 
