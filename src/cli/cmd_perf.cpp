@@ -54,7 +54,7 @@ void add_performance_benches(CLI::App* bench) {
                                r.tokens_per_s / tps);
     };
     row("moeforge train", r.tokens_per_s);
-    const bool moe_peer = cfg.model.ffn == "moe" && !train_peer.empty();
+    const bool moe_peer = cfg.model.ffn == "moe" && cfg.model.task != "classify" && !train_peer.empty();
     for (bool default_env : {false, true}) {
       const std::string name = default_env ? "PyTorch (default environment)" : "PyTorch (OMP_WAIT_POLICY=PASSIVE)";
       auto res = moe_peer ? run_peer(train_peer, args, default_env)
@@ -66,10 +66,11 @@ void add_performance_benches(CLI::App* bench) {
         std::cout << fmt::format("{:<34} {}\n", name, res["skipped"].get<std::string>());
     }
     std::cout << fmt::format(
-        "{}: {:.1f} MFLOP per token (6 x {:.2f} M active non-embedding parameters + attention), sgemm {:.1f} GFLOP/s, "
-        "{} threads, {} timed steps after {}\n",
-        train_config, r.flops_per_token / 1e6, (r.parameters_active - m.vocab_size * m.d_model) / 1e6, r.sgemm_gflops,
-        cfg.train.threads, train_steps, train_warmup);
+        "{}: {:.1f} MFLOP per token (6 x {:.2f} M active non-embedding parameters + attention), {} tokens per "
+        "{}, sgemm {:.1f} GFLOP/s, {} threads, {} timed steps after {}\n",
+        train_config, r.flops_per_token / 1e6,
+        (r.parameters_active - (m.task == "classify" ? 0 : m.vocab_size * m.d_model)) / 1e6, tokens_per_item(cfg),
+        m.task == "classify" ? "image" : "window", r.sgemm_gflops, cfg.train.threads, train_steps, train_warmup);
     if (!train_json.empty()) write_file_atomic(train_json, js.dump(2) + "\n");
   });
 

@@ -12,9 +12,18 @@
 
 namespace mf {
 
+int64_t tokens_per_item(const Config& c) {
+  if (c.model.task != "classify") return c.train.seq_len;
+  const int64_t side = c.model.image_size / c.model.patch_size;
+  return side * side + 1;  // the patches and the class token
+}
+
 double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t active_parameters) {
-  const double n = static_cast<double>(active_parameters - m.vocab_size * m.d_model);
-  const double attention = 6.0 * static_cast<double>(m.n_layers * seq_len * m.n_heads * m.head_width());
+  const bool lm = m.task != "classify";
+  // an LM's embedding table is a lookup; a ViT's patch embedding is a product like any other
+  const double n = static_cast<double>(active_parameters - (lm ? m.vocab_size * m.d_model : 0));
+  // 12 L T H Dh for full attention (scores and mixing, forward and backward); causal: half
+  const double attention = (lm ? 6.0 : 12.0) * static_cast<double>(m.n_layers * seq_len * m.n_heads * m.head_width());
   return 6.0 * n + attention;
 }
 
@@ -45,9 +54,9 @@ TrainBenchResult bench_train(Config cfg, int64_t steps, int64_t warmup) {
   }
   if (t0 < 0 || t1 <= t0)
     throw std::runtime_error("bench train: the metrics of " + r.run_dir + " lack the timed steps");
-  r.tokens_per_s =
-      static_cast<double>(steps * cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum) / (t1 - t0);
-  r.flops_per_token = train_flops_per_token(r.config.model, cfg.train.seq_len, r.parameters_active);
+  const int64_t tokens = tokens_per_item(cfg);
+  r.tokens_per_s = static_cast<double>(steps * cfg.train.batch_size * tokens * cfg.train.grad_accum) / (t1 - t0);
+  r.flops_per_token = train_flops_per_token(r.config.model, tokens, r.parameters_active);
   r.model_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
   return r;
 }

@@ -47,4 +47,15 @@ TEST(TrainBench, FlopsPerTokenByHand) {
   m.n_heads = 2;
   m.n_kv_heads = 2;
   EXPECT_DOUBLE_EQ(train_flops_per_token(m, 16, 1000), 7056.0);
+  // a ViT: every parameter counts, attention is bidirectional: 6 x 1,000 + 12 x 2 x 17 x 2 x 4 = 6,000 + 3,264
+  m.task = "classify";
+  EXPECT_DOUBLE_EQ(train_flops_per_token(m, 17, 1000), 9264.0);
+  Config c;
+  c.model.task = "classify";
+  c.model.image_size = 28;
+  c.model.patch_size = 7;
+  EXPECT_EQ(tokens_per_item(c), 17);  // 4 x 4 patches + the class token
+  c.model.task = "lm";
+  c.train.seq_len = 128;
+  EXPECT_EQ(tokens_per_item(c), 128);
 }
