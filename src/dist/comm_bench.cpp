@@ -65,8 +65,10 @@ std::vector<CommBenchRow> bench_comm(DataParallel& g, const CommBenchOptions& op
   }
   // MoE dispatch: every token's k rows, spread evenly over the ranks (the share for oneself stays)
   const int64_t pairs = opt.tokens * opt.top_k;
+  // the remainder of an uneven split stays with the sender: then what rank q sends to rank r is
+  // what r expects from q (a remainder sent to rank 0 by everyone would not be)
   std::vector<int64_t> split(static_cast<size_t>(W), pairs / W);
-  split[0] += pairs - (pairs / W) * W;
+  split[static_cast<size_t>(g.rank())] += pairs - (pairs / W) * W;
   auto in = at::randn({pairs, opt.d}), out = at::empty({pairs, opt.d});
   CommBenchRow r{fmt::format("all-to-all: {} tokens x top-{} x d {}", opt.tokens, opt.top_k, opt.d)};
   r.seconds = best_of(opt.iters, g, [&] { g.all_to_all(out, in, split, split); });

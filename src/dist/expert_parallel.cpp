@@ -123,6 +123,17 @@ double check_expert_parallel(DataParallel& group, int64_t tokens) {
       {"gate_up_proj gradient", {grads[0], ref[2]}},
       {"down_proj gradient", {grads[1], ref[3]}}};
   double worst = 0;
+  {  // rank 0 routes no tokens at all; the others send all of theirs to expert 0 (rank 0's)
+    auto none = at::zeros({E}, at::kLong), all = none.clone();
+    all[0] = T;
+    auto rows = (group.rank() == 0 ? x_all.narrow(0, 0, 0) : x_all.narrow(0, 0, T)).clone().requires_grad_(true);
+    auto y = ep.forward_grouped(rows, group.rank() == 0 ? none : all);
+    y.sum().backward();
+    auto local = bank->forward_unit(0, rows.detach());
+    if (!y.sizes().equals(rows.sizes()) || (rows.size(0) > 0 && !at::allclose(y.detach(), local, 1e-12, 1e-12)))
+      throw std::runtime_error(
+          fmt::format("expert parallel: rank {}: a rank without tokens broke the exchange", group.rank()));
+  }
   for (auto& [what, p] : pairs) {
     const double diff = (p.first - p.second).abs().max().item<double>();
     if (diff > 1e-10)

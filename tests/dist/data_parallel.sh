@@ -110,6 +110,9 @@ set -e
 "$MF" launch --nproc 2 bench comm --tokens 64 --d 16 --iters 1 > comm.txt 2>&1 || { cat comm.txt; fail "bench comm"; }
 grep -q "all-to-all check passed (2 ranks" comm.txt || { cat comm.txt; fail "all-to-all check"; }
 grep -q "expert-parallel check passed" comm.txt || { cat comm.txt; fail "expert-parallel layer check"; }
+# 3 ranks: 64 x top-8 pairs do not split evenly (the remainder stays with its sender)
+"$MF" launch --nproc 3 bench comm --tokens 64 --d 16 --iters 1 > comm3.txt 2>&1 || { cat comm3.txt; fail "bench comm, 3 ranks"; }
+grep -q "expert-parallel check passed" comm3.txt || { cat comm3.txt; fail "expert-parallel layer check, 3 ranks"; }
 # the rendezvous port held by another program: a clear error naming it
 python3 - "$MF" <<'PY' || fail "port in use"
 import socket, subprocess, sys
