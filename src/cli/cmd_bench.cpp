@@ -145,6 +145,16 @@ void register_bench_commands(CLI::App& app) {
                      {"train_vs_top2", r.train_seconds / top2.train_seconds},
                      {"blocks_vs_top2", r.mean_blocks / top2.mean_blocks}});
     }
+    for (const auto& r : rows) {  // the target: UniF's time vs top-2 within 15 % of C_B / (2B)
+      if (r.layer != "unif") continue;
+      const auto& top2 = *std::find_if(rows.begin(), rows.end(),
+                                       [&](auto& o) { return o.layer == "top-2" && o.input_scale == r.input_scale; });
+      const double off = (r.infer_seconds / top2.infer_seconds) / (r.mean_blocks / top2.mean_blocks) - 1;
+      std::cout << fmt::format(
+          "scale {:.1f}: UniF-MoE's time ratio to top-2 is {:.0f} % {} its block ratio C_B / (2B) (target: within "
+          "15 %; {})\n",
+          r.input_scale, 100 * std::abs(off), off >= 0 ? "above" : "below", std::abs(off) <= 0.15 ? "met" : "not met");
+    }
     std::cout << fmt::format("T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; best of {} rounds, layers in turns\n",
                              uo.tokens, uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
     if (!unif_json.empty()) write_file_atomic(unif_json, out.dump(2) + "\n");
