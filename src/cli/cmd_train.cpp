@@ -94,8 +94,10 @@ void register_train_commands(CLI::App& app) {
       opt.parallel = group.get();
       if (expert_parallel)
         opt.distribute = [&group](const std::vector<std::shared_ptr<FeedForward>>& ffns) {
-          const auto n = enable_expert_parallel(ffns, *group);
-          spdlog::info("expert parallel: {} MoE layers, their experts split over {} ranks", n, group->world());
+          const auto what = fmt::format("expert parallel: {} MoE layers, their experts split over {} ranks",
+                                        enable_expert_parallel(ffns, *group), group->world());
+          spdlog::info("{}", what);
+          return what;
         };
     } else if (expert_parallel) {
       spdlog::warn("--expert-parallel: one process (WORLD_SIZE unset or 1), nothing to split");

@@ -218,7 +218,8 @@ struct Trainer {
       for (auto& [name, t] : model_tensors(model)) values.push_back(t);
       par->broadcast(values);
     }
-    if (opt.distribute) opt.distribute(task->feed_forwards());
+    std::string parallel = par ? fmt::format("data parallel over {} ranks", par->world()) : "one process";
+    if (opt.distribute) parallel += "; " + opt.distribute(task->feed_forwards());
     if (lead) {
       fs::create_directories(run_dir / "checkpoints");
       write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
@@ -226,7 +227,11 @@ struct Trainer {
     MetricsLog metrics(lead ? (run_dir / "metrics.jsonl").string() : "", keep_metrics);
 
     auto counts = task->param_counts();
-    if (lead) write_file_atomic((run_dir / "environment.json").string(), environment_json(cfg, counts).dump(2) + "\n");
+    if (lead) {
+      auto env = environment_json(cfg, counts);
+      env["parallel"] = parallel;
+      write_file_atomic((run_dir / "environment.json").string(), env.dump(2) + "\n");
+    }
     const auto moe = moe_layers(task->feed_forwards());
     auto rank_state = collect_rank_state(model);
     const auto routing = routing_slots(task->feed_forwards());

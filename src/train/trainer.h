@@ -21,8 +21,8 @@ struct TrainOptions {
   // Data parallel (dist/ implements it over c10d); null = one process. Rank 0 writes the run.
   DataParallel* parallel = nullptr;
   // Called once the model is built and the same on every rank, before the first step: dist/
-  // routes the MoE slots through expert parallelism here.
-  std::function<void(const std::vector<std::shared_ptr<FeedForward>>& ffns)> distribute;
+  // routes the MoE slots through expert parallelism here, and says what it did (environment.json).
+  std::function<std::string(const std::vector<std::shared_ptr<FeedForward>>& ffns)> distribute;
   // Text shown and stored in summary.json after training (the CLI samples from the model).
   std::function<std::string(TransformerLM& model, const std::string& tokenizer_path)> sample;
 };

@@ -50,6 +50,8 @@ PY
 "$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=moe_ep --expert-parallel > ep.txt 2>&1 ||
   { cat ep.txt; fail "expert parallel"; }
 grep -q "expert parallel: 2 MoE layers, their experts split over 2 ranks" ep.txt || fail "expert parallel not enabled"
+grep -q '"parallel": "data parallel over 2 ranks; expert parallel: 2 MoE layers' runs/moe_ep/environment.json ||
+  fail "environment.json does not say the run was expert parallel"
 close_losses moe_one moe_ep
 POOL=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
       --set model.moe.unipool.groups=1 --set model.moe.router=norm_topk)
