@@ -10,16 +10,15 @@ namespace mf {
 
 namespace {
 
-// rows of x for pairs already sorted by unit -> the units' outputs (the per-token side input gathered alike)
-at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& unit_P, UnitBank& bank) {
-  auto counts_E = at::bincount(unit_P, {}, bank.num_units());
+// rows of x for pairs already sorted by unit (counts_E of each) -> the units' outputs (the per-token
+// side input gathered alike)
+at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& counts_E,
+                         UnitBank& bank) {
   auto rows_PD = gather_rows(x_TD, token_P);
   const auto side_TX = bank.per_token(x_TD);
   return side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, gather_rows(side_TX, token_P))
                            : bank.forward_grouped(rows_PD, counts_E);
 }
-
-}  // namespace
 
 // a stable sort of the pairs by unit (ties keep token order), or none if they come sorted
 at::Tensor unit_order(const Assignment& a) {
@@ -27,11 +26,14 @@ at::Tensor unit_order(const Assignment& a) {
   return std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
 }
 
+}  // namespace
+
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
   PairOutputs p;
   p.order_P = unit_order(a);
   p.unit_P = a.unit_P.index_select(0, p.order_P);
-  p.out_PD = grouped_units(x_TD, a.token_P.index_select(0, p.order_P), p.unit_P, bank);
+  p.out_PD =
+      grouped_units(x_TD, a.token_P.index_select(0, p.order_P), at::bincount(p.unit_P, {}, bank.num_units()), bank);
   return p;
 }
 
@@ -57,11 +59,12 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     token_P = token_P.index_select(0, keep);
     weight_P = weight_P.index_select(0, keep);
   }
+  const auto counts_E = at::bincount(unit_P, {}, E);
   if (!at::GradMode::is_enabled()) {
-    r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, at::bincount(unit_P, {}, E));
+    r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, counts_E);
     if (r.y_TD.defined()) return r;
   }
-  r.y_TD = combine(grouped_units(x_TD, token_P, unit_P, bank), token_P, weight_P.to(x_TD.dtype()), x_TD.size(0));
+  r.y_TD = combine(grouped_units(x_TD, token_P, counts_E, bank), token_P, weight_P.to(x_TD.dtype()), x_TD.size(0));
   return r;
 }
 
