@@ -31,7 +31,7 @@ std::string tokenizer_of(const std::string& source) {
 }  // namespace
 
 void register_hf_commands(CLI::App& app) {
-  static std::string in, out, arch, dtype = "f32", shard = "5GB";
+  static std::string in, out, arch, dtype = "f32", shard = "5GB", format = "hf";
   auto* imp = app.add_subcommand(
       "import",
       "read a Hugging Face model directory (config.json + model.safetensors or shards; Mixtral, Qwen2-MoE, "
@@ -77,7 +77,8 @@ void register_hf_commands(CLI::App& app) {
   auto* exp = app.add_subcommand(
       "export",
       "write a checkpoint as a Hugging Face model directory (config.json, safetensors shards with an index, "
-      "tokenizer.model) that transformers' AutoModelForCausalLM opens");
+      "tokenizer.model) that transformers' AutoModelForCausalLM opens, or (--format checkpoint) gather a checkpoint "
+      "that ranks wrote in shards into a checkpoint of single files");
   exp->add_option("checkpoint", in, "checkpoint directory, its model.safetensors, or a run directory")->required();
   exp->add_option("-o,--out", out, "output directory (replaced)")->required();
   exp->add_option("--arch", arch,
@@ -85,8 +86,18 @@ void register_hf_commands(CLI::App& app) {
                   "qk_norm head -> qwen3_moe, full -> olmoe; shared expert -> qwen2_moe; else mixtral)");
   exp->add_option("--dtype", dtype, "f32, bf16 or f16 on disk")->capture_default_str();
   exp->add_option("--shard-size", shard, "largest shard, e.g. 5GB, 500MB")->capture_default_str();
+  exp->add_option("--format", format,
+                  "hf: a Hugging Face directory; checkpoint: our checkpoint layout with single model.safetensors and "
+                  "optimizer.safetensors files (trainer state and tokenizer copied), resumable at any world size")
+      ->check(CLI::IsMember({"hf", "checkpoint"}))
+      ->capture_default_str();
   exp->callback([] {
     streaming_allocator();
+    if (format == "checkpoint") {
+      const auto n = gather_checkpoint(in, out);
+      std::cout << fmt::format("wrote {}: {} tensors in single files\n", out, n);
+      return;
+    }
     hf::ExportOptions o;
     o.arch = arch;
     o.dtype = hf::parse_dtype(dtype);

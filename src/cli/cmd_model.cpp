@@ -206,7 +206,7 @@ void register_model_commands(CLI::App& app) {
     const bool hf_dir = hf::is_hf_dir(ckpt);
     const auto dir = hf_dir ? ckpt : checkpoint_dir(ckpt);
     std::unique_ptr<hf::HfDir> hf;
-    std::unique_ptr<SafetensorsFile> file;  // the header only
+    std::unique_ptr<SafetensorsShards> file;  // the headers only
     std::map<std::string, SafetensorsHeader::Entry> tensors;
     Metadata meta;
     if (hf_dir) {
@@ -214,8 +214,8 @@ void register_model_commands(CLI::App& app) {
       for (auto& n : hf->names()) tensors[n] = hf->entry(n);
       meta = {{"moeforge.architecture", "hf:" + hf->arch().model_type}, {"moeforge.step", "0"}};
     } else {
-      file = std::make_unique<SafetensorsFile>(dir + "/model.safetensors");
-      tensors = file->header().tensors;
+      file = std::make_unique<SafetensorsShards>(dir, "model");
+      for (auto& n : file->names()) tensors[n] = file->entry(n);
       meta = file->metadata();
     }
     const auto& m = cfg.model;

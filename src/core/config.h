@@ -123,6 +123,7 @@ struct ModelConfig {
   int64_t image_size = 28;  // classify: square images of this side
   int64_t patch_size = 4;   // classify: square patches (image_size must be a multiple)
   int64_t channels = 1;
+  int64_t stem_channels = 0;  // classify: > 0 puts a 3x3 convolution + GELU with this many channels before patchify
   int64_t num_classes = 10;
   std::string pool = "cls";  // classify: the head reads the class token (cls) or the patch tokens' mean
 };
@@ -172,7 +173,10 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t ckpt_every = 250;
   int64_t keep_checkpoints = 2;
-  int64_t skip_nonfinite = 0;  // steps with a non-finite loss or gradient skipped before the run stops
+  bool shard_checkpoints = true;
+  bool overlap_grad_sum = true;  // with W > 1 ranks, gradient sums start during the backward  // with W > 1 ranks, each
+                                 // rank writes 1/W of every checkpoint
+  int64_t skip_nonfinite = 0;    // steps with a non-finite loss or gradient skipped before the run stops
 };
 
 struct EvalConfig {

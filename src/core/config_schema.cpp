@@ -49,6 +49,10 @@ std::vector<KeySpec> build_schema() {
       key("model.patch_size", &C::model, &ModelConfig::patch_size,
           "classify: patch side in pixels (divides image_size)", 1, 4096),
       key("model.channels", &C::model, &ModelConfig::channels, "classify: image channels", 1, 64),
+      key("model.stem_channels", &C::model, &ModelConfig::stem_channels,
+          "classify: 0 embeds raw patches; N > 0 first maps each pixel's 3x3 neighbourhood to N channels with a "
+          "convolution + GELU (an early-convolution stem), then embeds patches of those channels",
+          0, 1024),
       key("model.pool", &C::model, &ModelConfig::pool,
           "classify: what the head reads: cls (the class token) or mean (the mean of the patch tokens)", 1, 0,
           {"cls", "mean"}),
@@ -139,6 +143,13 @@ std::vector<KeySpec> build_schema() {
           1e12),
       key("train.keep_checkpoints", &C::train, &TrainConfig::keep_checkpoints,
           "how many recent checkpoints to keep (0 = all)", 0, 1e6),
+      key("train.overlap_grad_sum", &C::train, &TrainConfig::overlap_grad_sum,
+          "with W > 1 ranks, each bucket of ~4 MB of gradients starts its sum over ranks as soon as the last "
+          "backward of the step has produced it (c10d's Reducer scheme); false: one sum after the backward"),
+      key("train.shard_checkpoints", &C::train, &TrainConfig::shard_checkpoints,
+          "with W > 1 ranks, each rank writes a shard of every checkpoint (model-0000r-of-0000W.safetensors, the "
+          "same for the optimizer, plus index files); false: rank 0 writes single files. Either resumes at any "
+          "world size; `moeforge export --format checkpoint` gathers a sharded one into single files"),
       key("train.skip_nonfinite", &C::train, &TrainConfig::skip_nonfinite,
           "steps with a non-finite loss or gradient norm to skip (no update) before the run stops; 0 = stop at the "
           "first",

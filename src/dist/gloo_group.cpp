@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -27,6 +28,9 @@ class GlooGroup : public DataParallel {
                                        : c10d::ProcessGroupGloo::createDefaultDevice());
       opts->timeout = timeout;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world, opts);
+      // the channel of start_sum: its collectives are ordered apart from pg_'s
+      async_pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("sums", store_),
+                                                              env.rank, env.world, opts);
     } catch (const c10::Error& e) {
       throw unjoined(e.what_without_backtrace());
     } catch (const std::exception& e) {  // c10d's socket errors
@@ -54,6 +58,36 @@ class GlooGroup : public DataParallel {
         at += n;
       }
     }
+  }
+  void start_sum(std::vector<at::Tensor> tensors) override {
+    at::NoGradGuard no_grad;
+    Pending p;
+    if (tensors.size() == 1 && tensors[0].is_contiguous()) {  // summed in place (a gradient bucket)
+      p.bucket = {tensors[0].view({-1})};
+    } else {
+      std::vector<at::Tensor> flat;
+      for (auto& t : tensors) flat.push_back(t.reshape({-1}));
+      p.bucket = {at::cat(flat)};
+      p.tensors = std::move(tensors);
+    }
+    try {
+      p.work = async_pg_->allreduce(p.bucket);
+    } catch (const c10::Error& e) {
+      throw lost(e.what_without_backtrace());
+    }
+    pending_.push_back(std::move(p));
+  }
+  void finish_sums() override {
+    at::NoGradGuard no_grad;
+    for (auto& p : pending_) {
+      run([&] { return p.work; });
+      int64_t at = 0;
+      for (auto& t : p.tensors) {
+        t.copy_(p.bucket[0].narrow(0, at, t.numel()).view(t.sizes()));
+        at += t.numel();
+      }
+    }
+    pending_.clear();
   }
   void broadcast(std::vector<at::Tensor>& tensors) override {
     at::NoGradGuard no_grad;
@@ -104,7 +138,12 @@ class GlooGroup : public DataParallel {
 
   WorldEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_, async_pg_;
+  struct Pending {
+    std::vector<at::Tensor> bucket, tensors;  // the flat buffer in flight, where its sums go
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  std::vector<Pending> pending_;
   double comm_s_ = 0;
 };
 

@@ -1,5 +1,6 @@
 // Checkpoint directories: model.safetensors (HF-named weights; resolved config in the
-// metadata), optimizer.safetensors, trainer_state.json and tokenizer.model.
+// metadata), optimizer.safetensors, trainer_state.json and tokenizer.model. A run over W ranks
+// writes each of the two safetensors as W shards plus an index (io/safetensors_shards.h).
 // Written into a temporary directory, every file fsynced, then renamed into place.
 #pragma once
 #include <functional>
@@ -21,8 +22,20 @@ struct CheckpointContents {
 
 void write_checkpoint(const std::string& dir, const CheckpointContents& c);
 
+// One checkpoint written by W ranks that share the filesystem, each storing the tensors
+// shard_plan gives it; the directory appears (one rename) only once every shard is there:
+//   rank 0: begin_sharded_checkpoint; barrier;
+//   every rank: write_checkpoint_shard; barrier;
+//   rank 0: finish_sharded_checkpoint (indexes, trainer state, tokenizer, rename).
+// Every rank passes the same tensor lists (the parameters are replicated).
+void begin_sharded_checkpoint(const std::string& dir);
+void write_checkpoint_shard(const std::string& dir, const CheckpointContents& c, int rank, int world);
+void finish_sharded_checkpoint(const std::string& dir, const CheckpointContents& c, int world);
+// The rank that stores each tensor: whole tensors, the largest first to the least loaded rank.
+std::vector<int> shard_plan(const NamedTensors& tensors, int world);
+
 struct Checkpoint {
-  std::string dir;
+  std::string dir;  // the model and optimizer tensors: single files or shards, gathered on reading
   SafetensorsData model;
   Metadata metadata() const { return model.metadata; }
   std::string tokenizer_path() const;
@@ -34,6 +47,8 @@ struct Checkpoint {
 // `path` is a checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
 Checkpoint read_checkpoint(const std::string& path);
 std::string checkpoint_dir(const std::string& path);  // the directory read_checkpoint would read, nothing loaded
+// `checkpoint` (any world size) -> a directory `out` of single files; returns the tensors written.
+int64_t gather_checkpoint(const std::string& checkpoint, const std::string& out);
 std::string config_toml_of(const Metadata& model_metadata, const std::string& dir);  // moeforge.config
 std::string latest_checkpoint(const std::string& run_dir);                           // "" if none
 // Keeps the `keep` newest; each older one leaves the step_* namespace by a rename before it is deleted.

@@ -40,13 +40,13 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st) {
       throw FormatError(fmt::format("checkpoint has unexpected tensor '{}'", name));
 }
 
-void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file, const std::string& prefix) {
+void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& file, const std::string& prefix) {
   torch::NoGradGuard g;
   auto params = module.named_parameters();
   auto buffers = module.named_buffers();
   for (auto* set : {&params, &buffers})
     for (auto& p : *set) file.read_into(prefix + p.key(), p.value());
-  for (auto& [name, e] : file.header().tensors) {
+  for (auto& name : file.names()) {
     if (name.rfind(prefix, 0) != 0) continue;
     const auto local = name.substr(prefix.size());
     if (!params.contains(local) && !buffers.contains(local))
@@ -57,7 +57,7 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file,
 Config checkpoint_config(const std::string& ckpt_path) {
   if (hf::is_hf_dir(ckpt_path)) return hf::HfDir(ckpt_path).config();
   const auto dir = checkpoint_dir(ckpt_path);  // the header only: a model larger than memory is fine
-  const auto metadata = read_safetensors_metadata(dir + "/model.safetensors");
+  const auto metadata = SafetensorsShards(dir, "model").metadata();
   Config cfg;
   apply_toml_text(cfg, config_toml_of(metadata, dir), dir + "/model.safetensors [moeforge.config]");
   auto it = metadata.find("moeforge.vocab_size");
@@ -112,7 +112,7 @@ LoadedModel load_model(const std::string& path) {
   }
   const auto dir = checkpoint_dir(path);
   l.model = TransformerLM(l.cfg.model);
-  load_module_tensors(*l.model, SafetensorsFile(dir + "/model.safetensors"), "");  // streamed: one copy in memory
+  load_module_tensors(*l.model, SafetensorsShards(dir, "model"), "");  // streamed: one copy in memory
   l.tokenizer = model_tokenizer(dir);
   return l;
 }
@@ -125,7 +125,7 @@ LoadedClassifier load_classifier(const std::string& path) {
   LoadedClassifier l;
   l.cfg = checkpoint_config_of(path, "classify");
   l.model = VisionTransformer(l.cfg.model);
-  load_module_tensors(*l.model, SafetensorsFile(checkpoint_dir(path) + "/model.safetensors"), "");
+  load_module_tensors(*l.model, SafetensorsShards(checkpoint_dir(path), "model"), "");
   return l;
 }
 

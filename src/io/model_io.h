@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "io/safetensors.h"
+#include "io/safetensors_shards.h"
 #include "model/transformer.h"
 #include "model/vit.h"
 
@@ -18,7 +18,7 @@ void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st);
 
 // The same from a streamed file, every name prefixed by `prefix` (e.g. "model.layers.3."): one
 // tensor in memory at a time; a tensor under `prefix` the module lacks is an error.
-void load_module_tensors(torch::nn::Module& module, const SafetensorsFile& file, const std::string& prefix);
+void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& file, const std::string& prefix);
 
 // The config a checkpoint was trained with (from its model.safetensors metadata). Keys that
 // have moved since (the flat model.moe.pool_* / latent keys) are read through their aliases.

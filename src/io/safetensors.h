@@ -87,6 +87,7 @@ class SafetensorsFile {
   explicit SafetensorsFile(const std::string& path);
   const SafetensorsHeader& header() const { return header_; }
   const Metadata& metadata() const { return header_.metadata; }
+  const std::string& path() const { return path_; }
   at::Tensor read(const std::string& name) const;  // throws FormatError naming the file and tensor
   // into an existing tensor of the same shape (same dtype on the CPU: read in place)
   void read_into(const std::string& name, at::Tensor& dst) const;

@@ -50,6 +50,16 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x, AuxLosses& aux) {
   return h + mlp->forward(norm2->forward(h), aux);
 }
 
+ConvStemImpl::ConvStemImpl(int64_t in_, int64_t out) : in(in_) {
+  weight = register_parameter("weight", torch::zeros({out, in * 9}));
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor ConvStemImpl::forward(const torch::Tensor& images) {
+  auto w = weight.to(images.dtype()).view({weight.size(0), in, 3, 3});
+  return torch::gelu(torch::conv2d(images, w, bias.to(images.dtype()), /*stride=*/1, /*padding=*/1));
+}
+
 torch::Tensor patchify(const torch::Tensor& images, int64_t p) {
   const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
   return images.view({B, C, H / p, p, W / p, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, (H / p) * (W / p), C * p * p});
@@ -57,8 +67,10 @@ torch::Tensor patchify(const torch::Tensor& images, int64_t p) {
 
 VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& c) : cfg_(c) {
   const int64_t patches = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
-  patch_embed = register_module(
-      "patch_embed", std::make_shared<BiasedLinearImpl>(c.channels * c.patch_size * c.patch_size, c.d_model));
+  if (c.stem_channels > 0) stem = register_module("stem", ConvStem(c.channels, c.stem_channels));
+  const int64_t channels = c.stem_channels > 0 ? c.stem_channels : c.channels;
+  patch_embed = register_module("patch_embed",
+                                std::make_shared<BiasedLinearImpl>(channels * c.patch_size * c.patch_size, c.d_model));
   cls_token = register_parameter("cls_token", torch::zeros({1, 1, c.d_model}));
   pos_embed = register_parameter("pos_embed", torch::zeros({1, 1 + patches, c.d_model}));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -72,7 +84,7 @@ VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& c) : cfg_(c) {
 }
 
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images, AuxLosses& aux) {
-  auto x = patch_embed->forward(patchify(images, cfg_.patch_size));
+  auto x = patch_embed->forward(patchify(stem ? stem->forward(images) : images, cfg_.patch_size));
   x = torch::cat({cls_token.to(x.dtype()).expand({x.size(0), 1, x.size(2)}), x}, 1) + pos_embed.to(x.dtype());
   for (auto& b : blocks) x = b->forward(x, aux);
   auto pooled = cfg_.pool == "mean" ? x.narrow(1, 1, x.size(1) - 1).mean(1) : x.select(1, 0);

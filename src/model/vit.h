@@ -2,7 +2,7 @@
 // LatentMoE, ... by config alone. Patches -> linear patch embedding, a class token, learned
 // position embeddings, pre-norm blocks (LayerNorm, multi-head attention without a causal
 // mask, the FFN slot), final LayerNorm, a linear head on the class token.
-// Tensor names: patch_embed, cls_token, pos_embed, layers.{i}.{norm1,attn.qkv,attn.proj,norm2,mlp.*},
+// Tensor names: [stem,] patch_embed, cls_token, pos_embed, layers.{i}.{norm1,attn.qkv,attn.proj,norm2,mlp.*},
 // norm, head.
 #pragma once
 #include <torch/nn/modules/container/modulelist.h>
@@ -44,6 +44,21 @@ class ViTBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ViTBlock);
 
+// Early-convolution stem (Xiao et al. 2021): y[s, i, j] = gelu(b[s] + sum_{c, u, v} w[s, c, u, v] x[c, i + u - 1, j + v
+// - 1]), zero padding, so the image keeps its size. The weight is stored [S, C 3 3] so that its fan-in is its last
+// dimension (PyTorch's convolution init).
+class ConvStemImpl : public torch::nn::Module, public DeclaresParamRoles {
+ public:
+  ConvStemImpl(int64_t in, int64_t out);
+  torch::Tensor forward(const torch::Tensor& images_BCHW);
+  ParamRoleList param_roles() const override {
+    return {{"weight", ParamRole::FanInUniform}, {"bias", ParamRole::Bias}};
+  }
+  torch::Tensor weight, bias;  // [S, C 3 3], [S]
+  int64_t in;
+};
+TORCH_MODULE(ConvStem);
+
 // images [B, C, H, W] -> patches [B, N, C p p], patch (i, j) at row i * (W / p) + j, channels
 // then rows then columns inside a patch.
 torch::Tensor patchify(const torch::Tensor& images, int64_t patch);
@@ -61,6 +76,7 @@ class VisionTransformerImpl : public torch::nn::Module, public DeclaresParamRole
   std::vector<std::shared_ptr<FeedForward>> feed_forwards() const;
   const ModelConfig& config() const { return cfg_; }
 
+  ConvStem stem{nullptr};  // null unless model.stem_channels > 0
   BiasedLinear patch_embed, head;
   torch::Tensor cls_token, pos_embed;  // [1, 1, D], [1, 1 + N, D]
   torch::nn::ModuleList layers{nullptr};

@@ -17,6 +17,12 @@ class DataParallel {
   virtual int world() const = 0;
   // In place, every rank ends with the sum over ranks (gradients, loads, loss sums).
   virtual void sum(std::vector<at::Tensor>& tensors) = 0;
+  // Starts summing `tensors` over ranks in place and returns at once; finish_sums() waits for
+  // every sum started since the last finish_sums(). These sums run on a channel of their own, so
+  // they may overlap the other collectives (e.g. expert parallelism's exchange inside the
+  // backward); every rank must start them in the same order.
+  virtual void start_sum(std::vector<at::Tensor> tensors) = 0;
+  virtual void finish_sums() = 0;
   // In place, every rank ends with rank 0's values (the parameters at the start).
   virtual void broadcast(std::vector<at::Tensor>& tensors) = 0;
   virtual void barrier() = 0;

@@ -24,7 +24,12 @@ double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t acti
   const double n = static_cast<double>(active_parameters - (lm ? m.vocab_size * m.d_model : 0));
   // 12 L T H Dh for full attention (scores and mixing, forward and backward); causal: half
   const double attention = (lm ? 6.0 : 12.0) * static_cast<double>(m.n_layers * seq_len * m.n_heads * m.head_width());
-  return 6.0 * n + attention;
+  // a convolution stem's parameters apply at every pixel, not once per token
+  const double stem = lm || m.stem_channels == 0
+                          ? 0.0
+                          : 6.0 * static_cast<double>(m.stem_channels * (9 * m.channels + 1)) *
+                                (static_cast<double>(m.image_size * m.image_size) / static_cast<double>(seq_len) - 1.0);
+  return 6.0 * n + attention + stem;
 }
 
 TrainBenchResult bench_train(Config cfg, int64_t steps, int64_t warmup) {

@@ -22,6 +22,7 @@
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
 #include "train/finite.h"
+#include "train/grad_overlap.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/parallel.h"
@@ -76,20 +77,27 @@ nlohmann::json losses_json(const std::vector<DomainLoss>& l) {
   return j;
 }
 
-// Data parallel: sums the gradients, the MoE layers' pending loads and the loss over ranks. A
-// gradient no rank has stays undefined, so AdamW skips that parameter as one process would.
+// Data parallel: sums the gradients (unless `overlap` summed them during the backward), the MoE
+// layers' pending loads and the loss over ranks. A gradient no rank has stays undefined, so
+// AdamW skips that parameter as one process would.
 double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
-                      const std::vector<std::shared_ptr<MoEFeedForward>>& moe, double loss_sum) {
+                      const std::vector<std::shared_ptr<MoEFeedForward>>& moe, double loss_sum, GradOverlap* overlap) {
   auto params = model.parameters();
-  auto had = torch::zeros({static_cast<int64_t>(params.size())}, torch::kFloat);
   std::vector<at::Tensor> tensors;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].grad().defined())
-      had.data_ptr<float>()[i] = 1;
-    else
-      params[i].mutable_grad() = torch::zeros_like(params[i]);
-    tensors.push_back(params[i].mutable_grad());
+  at::Tensor had;  // which gradients this rank has
+  if (overlap) {
+    had = overlap->finish();
+  } else {
+    had = torch::zeros({static_cast<int64_t>(params.size())}, torch::kFloat);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].grad().defined())
+        had.data_ptr<float>()[i] = 1;
+      else
+        params[i].mutable_grad() = torch::zeros_like(params[i]);
+      tensors.push_back(params[i].mutable_grad());
+    }
   }
+  const size_t at = tensors.size();
   tensors.push_back(had);
   tensors.push_back(torch::tensor({loss_sum}, torch::kFloat64));
   for (auto& m : moe)
@@ -98,7 +106,7 @@ double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
   const float* any = had.data_ptr<float>();  // ranks holding each gradient
   for (size_t i = 0; i < params.size(); ++i)
     if (any[i] == 0) params[i].mutable_grad() = at::Tensor();
-  return tensors[params.size() + 1].item<double>();
+  return tensors[at + 1].item<double>();
 }
 
 struct Trainer {
@@ -125,7 +133,11 @@ struct Trainer {
                     skippable ? ", or let train.skip_nonfinite skip such steps" : ""));
   }
 
+  // Rank 0 writes the checkpoint, or with train.shard_checkpoints every rank writes its shard.
   void save(const Evaluation& last_val, MetricsLog& metrics) {
+    DataParallel* par = opt.parallel;
+    const bool sharded = par && par->world() > 1 && cfg.train.shard_checkpoints;
+    if (par && par->rank() != 0 && !sharded) return;
     auto& module = task->module();
     const auto state = optimizer_state_tensors(*optimizer, module);
     if (auto bad = first_nonfinite(model_tensors(module)); !bad.empty()) diverged(metrics, "non-finite weights", bad);
@@ -141,8 +153,18 @@ struct Trainer {
                                     {"data_position", {{"seed", cfg.train.seed}, {"next_step", step}}},
                                     {"rng_cpu", rng_state_hex()},
                                     {"val_loss", losses_json(last_val.losses)}};
-    write_checkpoint((run_dir / "checkpoints" / name).string(),
-                     {model_tensors(module), state, meta, trainer_state, task->tokenizer_path()});
+    const auto dir = (run_dir / "checkpoints" / name).string();
+    const CheckpointContents contents{model_tensors(module), state, meta, trainer_state, task->tokenizer_path()};
+    if (!sharded) {
+      write_checkpoint(dir, contents);
+    } else {
+      if (par->rank() == 0) begin_sharded_checkpoint(dir);
+      par->barrier();
+      write_checkpoint_shard(dir, contents, par->rank(), par->world());
+      par->barrier();
+      if (par->rank() != 0) return;
+      finish_sharded_checkpoint(dir, contents, par->world());
+    }
     prune_checkpoints((run_dir / "checkpoints").string(), cfg.train.keep_checkpoints);
   }
 
@@ -258,6 +280,13 @@ struct Trainer {
           std::make_unique<StepProfiler>(start_step + warmup, opt.profile_steps, (run_dir / "profile.json").string(),
                                          (run_dir / "profile.txt").string());
     }
+    std::unique_ptr<GradOverlap> overlap;  // gradient sums started during each step's last backward
+    if (par && par->world() > 1 && cfg.train.overlap_grad_sum) {
+      overlap = std::make_unique<GradOverlap>(*par, model.parameters());
+      if (lead)
+        spdlog::info("gradient sums start during the backward: {} buckets of at most {} MB", overlap->buckets(),
+                     GradOverlap::kBucketBytes >> 20);
+    }
     model.train();
     while (step < end_step) {
       if (profiler) profiler->before_step(step);
@@ -267,7 +296,8 @@ struct Trainer {
       optimizer->zero_grad();
       double loss_sum = 0;
       for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
-        if (par && m % par->world() != par->rank()) continue;  // another rank's micro-batch
+        if (par && m % par->world() != par->rank()) continue;                     // another rank's micro-batch
+        if (overlap && m + par->world() >= cfg.train.grad_accum) overlap->arm();  // this rank's last
         AuxLosses aux;
         auto loss = task->train_loss(step, m, aux);
         loss_sum += loss.item<double>();
@@ -275,7 +305,7 @@ struct Trainer {
         (loss / static_cast<double>(cfg.train.grad_accum)).backward();
         if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
       }
-      if (par) loss_sum = sum_over_ranks(*par, model, moe, loss_sum);
+      if (par) loss_sum = sum_over_ranks(*par, model, moe, loss_sum, overlap.get());
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
       const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
       ++step;
@@ -334,8 +364,7 @@ struct Trainer {
         spdlog::info("{}step {} val loss: {}{}", stderr_is_tty() ? "\n" : "", step, rec["val_loss"].dump(),
                      val.metrics.empty() ? "" : " " + val.metrics.dump());
       }
-      if (lead && ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step))
-        save(val, metrics);
+      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val, metrics);
     }
     if (lead) bar.finish(fmt::format("loss {:.3f}", loss_ema));
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -383,7 +412,8 @@ double approx_parameters(const ModelConfig& m) {
     ffn = 3.0 * d * (static_cast<double>(m.moe.num_experts * m.moe.expert_hidden) + shared) +
           d * static_cast<double>(m.moe.num_experts);
   }
-  const double embedding = m.task == "classify" ? static_cast<double>(m.patch_size * m.patch_size * m.channels) * d
+  const int64_t channels = m.stem_channels > 0 ? m.stem_channels : m.channels;
+  const double embedding = m.task == "classify" ? static_cast<double>(m.patch_size * m.patch_size * channels) * d
                                                 : static_cast<double>(m.vocab_size) * d * (m.tie_embeddings ? 1 : 2);
   return embedding + L * (attention + ffn);
 }

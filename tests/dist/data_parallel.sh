@@ -26,7 +26,9 @@ same_model() {  # same_model RUN_A RUN_B: final logits byte-identical, and the l
 MOE=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
      --set model.moe.bias_update=0.01)
 for kind in dense moe; do
-  args=(); [ $kind = moe ] && args=("${MOE[@]}")
+  # the dense run's rank 0 writes single files and sums the gradients after the backward; the MoE
+  # run's ranks write a shard each and start the sums during the backward
+  args=(--set train.shard_checkpoints=false --set train.overlap_grad_sum=false); [ $kind = moe ] && args=("${MOE[@]}")
   "$MF" train tiny.toml "${args[@]}" --set run.name=${kind}_one > one.txt 2>&1 || { cat one.txt; fail "$kind one process"; }
   "$MF" launch --nproc 2 train tiny.toml "${args[@]}" --set run.name=${kind}_two > two.txt 2>&1 ||
     { cat two.txt; fail "$kind two ranks"; }
@@ -34,6 +36,17 @@ for kind in dense moe; do
   grep -q '"comm_s_per_step"' runs/${kind}_two/metrics.jsonl || fail "no communication time in the metrics"
   same_model ${kind}_one ${kind}_two
 done
+last() { ls -d runs/$1/checkpoints/step_* | tail -1; }
+[ -f "$(last dense_two)/model.safetensors" ] || fail "train.shard_checkpoints=false did not write a single file"
+for f in model-00001-of-00002.safetensors model-00002-of-00002.safetensors optimizer-00002-of-00002.safetensors \
+         model.safetensors.index.json optimizer.safetensors.index.json; do
+  [ -f "$(last moe_two)/$f" ] || fail "the 2-rank checkpoint lacks $f"
+done
+# export gathers the shards into single files that give the same model
+"$MF" export runs/moe_two --format checkpoint -o runs/gathered/checkpoints/step_00000001 > /dev/null 2>&1 || fail "gather"
+[ -f runs/gathered/checkpoints/step_00000001/model.safetensors ] || fail "gathered checkpoint is not a single file"
+cp runs/moe_two/metrics.jsonl runs/gathered/
+same_model moe_two gathered
 # expert parallel: each rank computes half of every layer's experts, tokens travel by all-to-all;
 # the losses equal one process's within float32 reassociation (1e-5 relative), and so does
 # UniPool's shared pool; a run stopped under expert parallel resumes on one process

@@ -359,6 +359,35 @@ TEST(ViT, PatchifyMatchesPerPatchReference) {
       }
 }
 
+TEST(ViT, ConvStemMatchesPerPixelReference) {
+  ConvStem stem(2, 3);
+  stem->to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    stem->weight.normal_();
+    stem->bias.normal_();
+  }
+  auto x = torch::randn({2, 2, 5, 6}, torch::kFloat64);
+  auto y = stem->forward(x);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{2, 3, 5, 6}));
+  auto w = stem->weight.detach();
+  auto xa = x.accessor<double, 4>();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 6; ++j) {
+          double acc = stem->bias[s].item<double>();
+          for (int64_t c = 0; c < 2; ++c)
+            for (int64_t u = 0; u < 3; ++u)
+              for (int64_t v = 0; v < 3; ++v) {
+                const int64_t r = i + u - 1, q = j + v - 1;  // zero outside the image
+                if (r >= 0 && r < 5 && q >= 0 && q < 6) acc += w[s][c * 9 + u * 3 + v].item<double>() * xa[b][c][r][q];
+              }
+          const double gelu = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0)));
+          EXPECT_NEAR(y[b][s][i][j].item<double>(), gelu, 1e-12) << b << s << i << j;
+        }
+}
+
 TEST(ViT, AttentionSeesLaterTokens) {
   torch::manual_seed(1);
   ViTAttention attn(16, 4);
@@ -415,6 +444,9 @@ TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
   auto unif = tiny_vit("moe");
   unif.moe.section<UniFConfig>().blocks = 2;
   kinds.emplace_back("UniF-MoE", unif);
+  auto stem = tiny_vit();
+  stem.stem_channels = 3;
+  kinds.emplace_back("dense with a convolution stem", stem);
   for (auto& [name, c] : kinds) {
     torch::manual_seed(2);
     VisionTransformer m(c);
@@ -430,7 +462,10 @@ TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
     loss.backward();
     opt.step();
     EXPECT_TRUE(std::isfinite(loss.item<double>())) << name;
-    EXPECT_EQ(moe_layers(m->feed_forwards()).empty(), name == "dense gelu") << name;
+    EXPECT_EQ(moe_layers(m->feed_forwards()).empty(), c.ffn == "gelu") << name;
+    if (c.stem_channels > 0) {
+      EXPECT_GT(m->stem->weight.grad().abs().sum().item<double>(), 0) << name;
+    }
   }
 }
 

@@ -170,17 +170,18 @@ TEST(Fuzz, SafetensorsFilesLoadIntoAModelOrFailClearly) {
   }();
   TransformerLM model(cfg.model);
   const auto seed = serialize_safetensors(model_tensors(*model), {{"moeforge.config", to_toml(cfg)}});
-  const auto path =
-      (std::filesystem::temp_directory_path() / fmt::format("mf_fuzz_{}.safetensors", ::getpid())).string();
+  const auto dir = (std::filesystem::temp_directory_path() / fmt::format("mf_fuzz_{}", ::getpid())).string();
+  std::filesystem::create_directories(dir);
+  const auto path = dir + "/model.safetensors";
   const auto o = run_cases<FormatError>(
       "safetensors", cases(), [&](SplitMix64& rng) { return mutate_safetensors(seed, rng); },
       [&](const std::string& bytes) {
         write_file_atomic(path, bytes);
-        const SafetensorsFile file(path);  // streamed reader, then the whole-file parser
+        const SafetensorsShards file(dir, "model");  // streamed reader, then the whole-file parser
         load_module_tensors(*model, file, "");
         load_model_tensors(*model, parse_safetensors(bytes, path));
       });
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(dir);
   expect_only_success_or_clear(o);
 }
 

@@ -50,6 +50,11 @@ TEST(TrainBench, FlopsPerTokenByHand) {
   // a ViT: every parameter counts, attention is bidirectional: 6 x 1,000 + 12 x 2 x 17 x 2 x 4 = 6,000 + 3,264
   m.task = "classify";
   EXPECT_DOUBLE_EQ(train_flops_per_token(m, 17, 1000), 9264.0);
+  // a 3x3 stem of 2 channels on a 1-channel 4x4 image, 2 tokens: its 2 x 10 parameters apply at 16 pixels,
+  // i.e. 8 per token, 7 more than the once counted in the active parameters: + 6 x 20 x 7
+  m.image_size = 4;
+  m.stem_channels = 2;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(m, 2, 1000), 6000.0 + 12.0 * 2 * 2 * 2 * 4 + 840.0);
   Config c;
   c.model.task = "classify";
   c.model.image_size = 28;

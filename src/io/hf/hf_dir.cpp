@@ -38,56 +38,12 @@ HfDir::HfDir(const std::string& dir) : dir_(dir) {
   } catch (const ConfigError& e) {
     throw FormatError(fmt::format("{}: {}", config_file, e.what()));
   }
-  // the tensors: one file, or the shards an index lists
-  const auto index_file = fs::path(dir) / "model.safetensors.index.json";
-  std::vector<std::string> files;
-  std::map<std::string, std::string> listed;  // tensor -> shard file the index names
-  if (fs::is_regular_file(index_file)) {
-    const auto idx = read_json_file(index_file.string());
-    if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
-      throw FormatError(index_file.string() + ": no \"weight_map\" object");
-    for (auto& [name, file] : idx["weight_map"].items()) {
-      if (!file.is_string())
-        throw FormatError(fmt::format("{}: weight_map[\"{}\"] is not a file name", index_file.string(), name));
-      const auto f = file.get<std::string>();
-      if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-        throw FormatError(fmt::format("{}: shard name \"{}\" must be a file in the directory", index_file.string(), f));
-      listed[name] = f;
-      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
-    }
-  } else if (fs::is_regular_file(fs::path(dir) / "model.safetensors")) {
-    files.push_back("model.safetensors");
-  } else {
-    throw FormatError(dir + ": neither model.safetensors nor model.safetensors.index.json");
-  }
-  for (const auto& f : files) {
-    const auto path = (fs::path(dir) / f).string();
-    if (!fs::is_regular_file(path))
-      throw FormatError(fmt::format("{}: the shard {} it lists is missing", index_file.string(), path));
-    shards_.push_back(std::make_unique<SafetensorsFile>(path));
-    for (auto& [name, e] : shards_.back()->header().tensors) {
-      if (where_.count(name)) throw FormatError(fmt::format("{}: tensor '{}' is stored twice", path, name));
-      where_[name] = shards_.size() - 1;
-    }
-  }
-  for (auto& [name, f] : listed) {
-    auto it = where_.find(name);
-    if (it == where_.end() || fs::path(files[it->second]).filename() != f)
-      throw FormatError(fmt::format("{}: tensor '{}' is not in its shard {}", index_file.string(), name, f));
-  }
+  tensors_ = std::make_unique<SafetensorsShards>(dir, "model");  // one file, or the shards an index lists
 }
 
-at::Tensor HfDir::read(const std::string& name) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) throw FormatError(fmt::format("{}: tensor '{}' is missing", dir_, name));
-  return shards_[it->second]->read(name);
-}
+at::Tensor HfDir::read(const std::string& name) const { return tensors_->read(name); }
 
-const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) throw FormatError(fmt::format("{}: tensor '{}' is missing", dir_, name));
-  return shards_[it->second]->header().tensors.at(name);
-}
+const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const { return tensors_->entry(name); }
 
 at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const {
   return import_tensor(
@@ -96,17 +52,13 @@ at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vect
 
 void HfDir::check_all_read(const std::vector<std::string>& used) const {
   const std::set<std::string> read(used.begin(), used.end());
-  for (auto& [name, shard] : where_)
+  for (auto& name : tensors_->names())
     if (!read.count(name) && !ignorable_hf_tensor(name, cfg_.model.tie_embeddings))
       throw FormatError(fmt::format("{}: tensor '{}' has no place in the {} model config.json describes", dir_, name,
                                     arch_->model_type));
 }
 
-std::vector<std::string> HfDir::names() const {
-  std::vector<std::string> out;
-  for (auto& [name, s] : where_) out.push_back(name);
-  return out;
-}
+std::vector<std::string> HfDir::names() const { return tensors_->names(); }
 
 std::vector<TensorSpec> model_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs = {{"model.embed_tokens.weight", at::kFloat, {c.vocab_size, c.d_model}}};
@@ -181,7 +133,7 @@ ExportReport export_hf(const std::string& checkpoint, const std::string& out, co
   j["architectures"] = {a.hf_class};
   j["torch_dtype"] = opt.dtype == at::kFloat ? "float32" : opt.dtype == at::kBFloat16 ? "bfloat16" : "float16";
   const auto dir = checkpoint_dir(checkpoint);
-  SafetensorsFile ours((fs::path(dir) / "model.safetensors").string());
+  const SafetensorsShards ours(dir, "model");
 
   const fs::path final_dir(out), tmp = final_dir.parent_path() / (".tmp-" + final_dir.filename().string());
   fs::remove_all(tmp);
@@ -190,7 +142,7 @@ ExportReport export_hf(const std::string& checkpoint, const std::string& out, co
   // pass 1: every HF tensor's name and shape, assigned to shards in order
   std::vector<std::vector<TensorSpec>> shards(1);
   int64_t shard_size = 0;
-  for (auto& [name, entry] : ours.header().tensors)
+  for (auto& name : ours.names())
     for (auto& [hf_name, t] : export_tensor(a, name, ours.read(name))) {
       const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(opt.dtype));
       if (shard_size > 0 && shard_size + bytes > opt.shard_bytes) shards.emplace_back(), shard_size = 0;
@@ -207,7 +159,7 @@ ExportReport export_hf(const std::string& checkpoint, const std::string& out, co
   // pass 2: the same tensors again, written shard after shard (one of ours in memory at a time)
   size_t shard = 0, next = 0;
   auto writer = std::make_unique<SafetensorsWriter>((tmp / file_of(0)).string(), shards[0], Metadata{{"format", "pt"}});
-  for (auto& [name, entry] : ours.header().tensors)
+  for (auto& name : ours.names())
     for (auto& [hf_name, t] : export_tensor(a, name, ours.read(name))) {
       if (next == shards[shard].size()) {
         writer->finish();

@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "io/hf/arch.h"
-#include "io/safetensors.h"
+#include "io/safetensors_shards.h"
 
 namespace mf::hf {
 
@@ -20,7 +20,7 @@ class HfDir {
   explicit HfDir(const std::string& dir);
   const Arch& arch() const { return *arch_; }
   const Config& config() const { return cfg_; }  // model keys from config.json, the rest our defaults
-  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  bool has(const std::string& name) const { return tensors_->has(name); }
   at::Tensor read(const std::string& name) const;  // as stored (F32, F16 or BF16); FormatError names it
   std::vector<std::string> names() const;
   const SafetensorsHeader::Entry& entry(const std::string& name) const;  // dtype, shape
@@ -33,8 +33,7 @@ class HfDir {
   std::string dir_;
   const Arch* arch_ = nullptr;
   Config cfg_;
-  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
-  std::map<std::string, size_t> where_;  // tensor -> shard
+  std::unique_ptr<SafetensorsShards> tensors_;
 };
 
 struct ImportReport {

@@ -120,8 +120,7 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   const Config cfg = checkpoint_config(checkpoint);
   const auto& c = cfg.model;
   check_reap_model(c);
-  const auto path = checkpoint_dir(checkpoint) + "/model.safetensors";
-  SafetensorsFile file(path);
+  const SafetensorsShards file(checkpoint_dir(checkpoint), "model");
   torch::NoGradGuard no_grad;
   const RopeTable rope(c.max_seq_len, c.head_width(), c.rope_theta);
   const MoEPlan plan = plan_moe(c);
@@ -150,7 +149,7 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   }
   if (peak) {
     peak->peak_rss_bytes = peak_rss_bytes();
-    peak->model_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+    peak->model_bytes = file.bytes();
     peak->largest_block_bytes = largest;
   }
   return out;

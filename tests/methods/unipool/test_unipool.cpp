@@ -385,6 +385,8 @@ class PartnerGroup : public DataParallel {
     ASSERT_EQ(t.size(), partner_.size());
     for (size_t i = 0; i < t.size(); ++i) t[i].add_(partner_[i]);
   }
+  void start_sum(std::vector<at::Tensor>) override {}
+  void finish_sums() override {}
   void broadcast(std::vector<at::Tensor>&) override {}
   void barrier() override {}
   void all_to_all(at::Tensor&, at::Tensor&, std::vector<int64_t>, std::vector<int64_t>) override {}
