@@ -55,7 +55,7 @@ void register_repro_commands(CLI::App& app) {
       "unipool",
       "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
       "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
-  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool"};
+  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}};
   static bool g2 = false, probe = true;
   add_repro_options(up, unipool_args);
   up->add_flag("--g2", g2, "also run G = 2 groups");
@@ -65,7 +65,7 @@ void register_repro_commands(CLI::App& app) {
   auto* lt = repro->add_subcommand("latent",
                                    "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
                                    "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
-  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent"};
+  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}};
   static int64_t multiple = 8;
   add_repro_options(lt, latent_args);
   lt->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);

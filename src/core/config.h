@@ -174,9 +174,9 @@ struct TrainConfig {
   int64_t ckpt_every = 250;
   int64_t keep_checkpoints = 2;
   bool shard_checkpoints = true;
-  bool overlap_grad_sum = true;  // with W > 1 ranks, gradient sums start during the backward  // with W > 1 ranks, each
-                                 // rank writes 1/W of every checkpoint
-  int64_t skip_nonfinite = 0;    // steps with a non-finite loss or gradient skipped before the run stops
+  bool overlap_grad_sum = false;  // with W > 1 ranks, gradient sums start during the backward  // with W > 1 ranks,
+                                  // each rank writes 1/W of every checkpoint
+  int64_t skip_nonfinite = 0;  // steps with a non-finite loss or gradient skipped before the run stops
 };
 
 struct EvalConfig {

@@ -145,7 +145,9 @@ std::vector<KeySpec> build_schema() {
           "how many recent checkpoints to keep (0 = all)", 0, 1e6),
       key("train.overlap_grad_sum", &C::train, &TrainConfig::overlap_grad_sum,
           "with W > 1 ranks, each bucket of ~4 MB of gradients starts its sum over ranks as soon as the last "
-          "backward of the step has produced it (c10d's Reducer scheme); false: one sum after the backward"),
+          "backward of the step has produced it (c10d's Reducer scheme); off by default: on 2 CPU cores it hides "
+          "the communication but Gloo's reduction then competes with the backward for the cores (7 % fewer "
+          "tokens/s measured, docs/benchmarks.md); false: one sum after the backward"),
       key("train.shard_checkpoints", &C::train, &TrainConfig::shard_checkpoints,
           "with W > 1 ranks, each rank writes a shard of every checkpoint (model-0000r-of-0000W.safetensors, the "
           "same for the optimizer, plus index files); false: rank 0 writes single files. Either resumes at any "

@@ -24,11 +24,11 @@ same_model() {  # same_model RUN_A RUN_B: final logits byte-identical, and the l
   cmp "$1.losses" "$2.losses" || { paste "$1.losses" "$2.losses"; fail "$2 logged other losses than $1"; }
 }
 MOE=(--set model.ffn=moe --set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=16
-     --set model.moe.bias_update=0.01)
+     --set model.moe.bias_update=0.01 --set train.overlap_grad_sum=true)
 for kind in dense moe; do
   # the dense run's rank 0 writes single files and sums the gradients after the backward; the MoE
   # run's ranks write a shard each and start the sums during the backward
-  args=(--set train.shard_checkpoints=false --set train.overlap_grad_sum=false); [ $kind = moe ] && args=("${MOE[@]}")
+  args=(--set train.shard_checkpoints=false); [ $kind = moe ] && args=("${MOE[@]}")
   "$MF" train tiny.toml "${args[@]}" --set run.name=${kind}_one > one.txt 2>&1 || { cat one.txt; fail "$kind one process"; }
   "$MF" launch --nproc 2 train tiny.toml "${args[@]}" --set run.name=${kind}_two > two.txt 2>&1 ||
     { cat two.txt; fail "$kind two ranks"; }

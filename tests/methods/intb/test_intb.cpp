@@ -168,10 +168,11 @@ TEST(IntB, MatchesTheSpecUnderEachAblation) {
     set(o);
     auto m = make_slot(o);
     expect_matches_reference(*m, name);
-    if (name == "no gate path")
+    if (name == "no gate path") {
       for (auto& p : m->named_parameters())
         EXPECT_TRUE(p.key().rfind("gate_head", 0) != 0 && p.key().rfind("gate_norm", 0) != 0)
             << p.key() << " stays without the gate path";
+    }
     if (name == "fixed lambda") {
       bool learned = false;
       for (auto& p : m->named_parameters()) learned = learned || p.key() == "lambda";
@@ -278,7 +279,9 @@ TEST(IntB, ReproArmsMatchTheIntBModelsParameters) {
     const int64_t target = total_parameters(base);
     for (const auto& arm : intb_arms(true, vision)) {
       const auto c = arm_config(base, arm, target);
-      if (arm.name == "dense") EXPECT_EQ(c.model.ffn, vision ? "gelu" : "swiglu");
+      if (arm.name == "dense") {
+        EXPECT_EQ(c.model.ffn, vision ? "gelu" : "swiglu");
+      }
       if (arm.match_key.empty()) continue;
       const int64_t v = std::stoll(value_to_string(find_key(arm.match_key)->get(c))), got = total_parameters(c);
       for (int64_t other : {v - 1, v + 1}) {

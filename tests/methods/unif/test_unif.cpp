@@ -135,7 +135,9 @@ TEST(UniFRoute, AlphaAtBothClamps) {
     EXPECT_EQ(r.b_T[0].item<int64_t>(), 1) << B;  // B tau = (B-1)/B rounds to 1 (B = 2: exactly one half, up)
     EXPECT_EQ(r.b_T[1].item<int64_t>(), B - 1) << B;
     // p = softmax(0, 1) = (0.269, 0.731): at alpha = tau = 1/4 (B = 2) the residual demand 0.75 needs both
-    if (B == 2) EXPECT_EQ(r.k_T[0].item<int64_t>(), 2);
+    if (B == 2) {
+      EXPECT_EQ(r.k_T[0].item<int64_t>(), 2);
+    }
     EXPECT_EQ(r.k_T[1].item<int64_t>(), 1);  // demand tau <= 0.731
   }
 }
@@ -211,7 +213,7 @@ TEST(UniFLayer, MatchesPerTokenReferenceWithGradients) {
     slot.to(torch::kFloat64);
     randomize(slot);
     auto x_in = torch::randn({T, D}, torch::kFloat64);
-    Reference ref{cs.B, unif_options(u), cs.act == "swiglu"};
+    Reference ref{cs.B, unif_options(u), cs.act == "swiglu", {}, {}, {}, {}, {}};
     auto& bank = *slot.experts;
     auto params = std::vector<at::Tensor>{slot.gate->weight, bank.gate_up_proj, bank.down_proj};
     if (cs.bias) params.insert(params.end(), {bank.gate_up_proj_bias, bank.down_proj_bias});
