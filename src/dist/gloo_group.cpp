@@ -11,6 +11,20 @@
 namespace mf {
 namespace {
 
+// The tensors side by side in one buffer (a bucket), and the buffer's values back into them.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (auto& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+void unflatten(const at::Tensor& bucket, std::vector<at::Tensor>& tensors) {
+  int64_t at = 0;
+  for (auto& t : tensors) {
+    t.copy_(bucket.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
 class GlooGroup : public DataParallel {
  public:
   GlooGroup(const WorldEnv& env, std::chrono::milliseconds timeout) : env_(env) {
@@ -47,16 +61,11 @@ class GlooGroup : public DataParallel {
     for (size_t i = 0; i < tensors.size(); ++i)
       if (tensors[i].defined()) by_type[tensors[i].scalar_type()].push_back(i);
     for (auto& [type, index] : by_type) {
-      std::vector<at::Tensor> flat;
-      for (auto i : index) flat.push_back(tensors[i].reshape({-1}));
-      std::vector<at::Tensor> bucket = {at::cat(flat)};
+      std::vector<at::Tensor> same;
+      for (auto i : index) same.push_back(tensors[i]);
+      std::vector<at::Tensor> bucket = {flatten(same)};
       run([&] { return pg_->allreduce(bucket); });
-      int64_t at = 0;
-      for (auto i : index) {
-        const auto n = tensors[i].numel();
-        tensors[i].copy_(bucket[0].narrow(0, at, n).view(tensors[i].sizes()));
-        at += n;
-      }
+      unflatten(bucket[0], same);  // the same tensors as in `tensors`: summed in place
     }
   }
   void start_sum(std::vector<at::Tensor> tensors) override {
@@ -65,9 +74,7 @@ class GlooGroup : public DataParallel {
     if (tensors.size() == 1 && tensors[0].is_contiguous()) {  // summed in place (a gradient bucket)
       p.bucket = {tensors[0].view({-1})};
     } else {
-      std::vector<at::Tensor> flat;
-      for (auto& t : tensors) flat.push_back(t.reshape({-1}));
-      p.bucket = {at::cat(flat)};
+      p.bucket = {flatten(tensors)};
       p.tensors = std::move(tensors);
     }
     try {
@@ -81,11 +88,7 @@ class GlooGroup : public DataParallel {
     at::NoGradGuard no_grad;
     for (auto& p : pending_) {
       run([&] { return p.work; });
-      int64_t at = 0;
-      for (auto& t : p.tensors) {
-        t.copy_(p.bucket[0].narrow(0, at, t.numel()).view(t.sizes()));
-        at += t.numel();
-      }
+      unflatten(p.bucket[0], p.tensors);
     }
     pending_.clear();
   }

@@ -216,7 +216,7 @@ int64_t gather_checkpoint(const std::string& checkpoint, const std::string& out)
     throw std::invalid_argument(fmt::format("gathering {} onto itself: name another output directory", dir));
   CheckpointContents c;
   const SafetensorsShards model(dir, "model"), optimizer(dir, "optimizer");
-  // streamed: one tensor in memory at a time
+  // the model streamed one tensor at a time; the optimizer state read whole
   c.write_model = [&](const std::string& path) {
     std::vector<TensorSpec> specs;
     for (auto& n : model.names()) specs.push_back({n, model.entry(n).dtype, model.entry(n).shape});
