@@ -63,8 +63,9 @@ void register_train_commands(CLI::App& app) {
   static bool expert_parallel = false;
   tr->add_flag("--expert-parallel", expert_parallel,
                "with WORLD_SIZE > 1 (moeforge launch, torchrun): each rank computes 1/WORLD_SIZE of every MoE layer's "
-               "experts and tokens travel to them by all-to-all (parameters stay replicated; UniF-MoE and IntBMoE "
-               "layers stay data parallel)");
+               "experts, holding only their weights and optimizer state, and tokens travel to them by all-to-all; "
+               "evaluation and sampling then run on every rank together (UniF-MoE and IntBMoE layers stay data "
+               "parallel)");
   tr->callback([] {
     Config cfg;
     const auto run_config = std::filesystem::path(opt.resume) / "config.toml";
@@ -94,10 +95,17 @@ void register_train_commands(CLI::App& app) {
       opt.parallel = group.get();
       if (expert_parallel)
         opt.distribute = [&group](const std::vector<std::shared_ptr<FeedForward>>& ffns) {
-          const auto what = fmt::format("expert parallel: {} MoE layers, their experts split over {} ranks",
-                                        enable_expert_parallel(ffns, *group), group->world());
-          spdlog::info("{}", what);
-          return what;
+          auto ep = enable_expert_parallel(ffns, *group);
+          Distributed d{
+              ep.layers == 0
+                  ? std::string("expert parallel: no layer to split (UniF-MoE and IntBMoE layers "
+                                "route on their own and stay data parallel)")
+                  : fmt::format("expert parallel: {} MoE layers, their experts split over {} ranks "
+                                "(each keeps 1/{} of their {:.2f}M parameters)",
+                                ep.layers, group->world(), group->world(), static_cast<double>(ep.whole) / 1e6),
+              std::move(ep.sharded)};
+          spdlog::info("{}", d.description);
+          return d;
         };
     } else if (expert_parallel) {
       spdlog::warn("--expert-parallel: one process (WORLD_SIZE unset or 1), nothing to split");

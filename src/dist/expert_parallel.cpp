@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <numeric>
+#include <set>
 
 #include "core/config.h"
 #include "moe/combine.h"
@@ -48,20 +49,40 @@ at::Tensor exchange_rows(DataParallel& group, const at::Tensor& rows, const std:
   return ExchangeRows::apply(rows, &group, out_rows, in_rows);
 }
 
-ExpertParallelBank::ExpertParallelBank(std::shared_ptr<ExpertBank> bank, DataParallel& group)
-    : bank_(std::move(bank)), group_(group), owned_(bank_->num_units() / group.world()) {
-  if (bank_->num_units() % group.world() != 0)
+std::vector<at::Tensor> shard_bank(ExpertBank& bank, int rank, int world) {
+  const int64_t E = bank.num_units();
+  if (E % world != 0)
     throw ConfigError(fmt::format(
         "expert parallel: {} experts do not split evenly over WORLD_SIZE = {} ranks (model.moe.num_experts, or "
         "the UniPool pool size, must be a multiple of it)",
-        bank_->num_units(), group.world()));
+        E, world));
+  const int64_t L = E / world;
+  std::vector<at::Tensor> kept;
+  torch::NoGradGuard no_grad;
+  for (auto& p : bank.parameters()) {
+    TORCH_CHECK(p.size(0) == E, "shard_bank: a parameter of ", p.size(0), " rows in a bank of ", E, " experts");
+    p.set_data(p.narrow(0, rank * L, L).clone());
+    kept.push_back(p);
+  }
+  return kept;
+}
+
+ExpertParallelBank::ExpertParallelBank(std::shared_ptr<ExpertBank> bank, DataParallel& group)
+    : bank_(std::move(bank)), group_(group), owned_(bank_->num_units() / group.world()) {
+  TORCH_CHECK(owned_ * group.world() == bank_->num_units() && bank_->down_proj.size(0) == owned_,
+              "ExpertParallelBank: the bank must hold this rank's ", owned_, " experts (shard_bank)");
+}
+
+at::Tensor ExpertParallelBank::forward_unit(int64_t unit, const at::Tensor& rows) {
+  TORCH_CHECK(unit >= first_owned() && unit < first_owned() + owned_, "expert parallel: expert ", unit,
+              " lives on another rank");
+  return bank_->forward_unit(unit - first_owned(), rows);
 }
 
 // rows_PD sorted by expert (counts_E of each) -> the experts' outputs in the same order.
 at::Tensor ExpertParallelBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) {
-  if (!at::GradMode::is_enabled() || !bank_->is_training()) return bank_->forward_grouped(rows_PD, counts_E);
   const int W = group_.world();
-  const int64_t E = num_units(), L = owned_;
+  const int64_t L = owned_;
   auto sent_E = counts_E.to(at::kCPU, at::kLong).contiguous();
   // what each rank will receive, per source rank and owned expert: [W, L]
   auto got_WL = at::empty({W * L}, sent_E.options());
@@ -84,9 +105,7 @@ at::Tensor ExpertParallelBank::forward_grouped(const at::Tensor& rows_PD, const 
   for (int64_t l = 0; l < L; ++l)
     for (int q = 0; q < W; ++q)
       for (int64_t j = 0; j < got[q * L + l]; ++j, ++i) place[order[i] = start[q * L + l] + j] = i;
-  auto counts_local = at::zeros({E}, sent_E.options());
-  counts_local.narrow(0, first_owned(), L).copy_(got_WL.sum(0));
-  auto out_local = bank_->forward_grouped(gather_rows(received, order_R), counts_local);
+  auto out_local = bank_->forward_grouped(gather_rows(received, order_R), got_WL.sum(0));
   auto back = gather_rows(out_local, place_R);  // received order again
   return exchange_rows(group_, back, in_rows, out_rows);
 }
@@ -108,20 +127,31 @@ double check_expert_parallel(DataParallel& group, int64_t tokens) {
     auto x = x_in.clone().requires_grad_(true);
     auto y = dispatch(x, router->forward(x).assignment, units).y_TD;
     (y * up).sum().backward();
+    at::Tensor y_eval;  // evaluation: no grad, the exchange all the same
+    {
+      torch::NoGradGuard no_grad;
+      y_eval = dispatch(x_in, router->forward(x_in).assignment, units).y_TD;
+    }
     return std::vector<at::Tensor>{y.detach(), x.grad(), bank->gate_up_proj.grad().clone(),
-                                   bank->down_proj.grad().clone()};
+                                   bank->down_proj.grad().clone(), y_eval};
   };
   const auto mine = at::arange(group.rank() * T, (group.rank() + 1) * T, at::kLong);
   auto ref = run(x_all, up_all, *bank);
+  at::Tensor expert0;  // expert 0 (rank 0's) on the first T tokens
+  {
+    torch::NoGradGuard no_grad;
+    expert0 = bank->forward_unit(0, x_all.narrow(0, 0, T));
+  }
+  shard_bank(*bank, group.rank(), W);
   ExpertParallelBank ep(bank, group);
   auto got = run(x_all.index_select(0, mine), up_all.index_select(0, mine), ep);
-  std::vector<at::Tensor> grads = {got[2], got[3]};
-  group.sum(grads);
+  const int64_t first = ep.first_owned(), L = ep.owned();
   const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> pairs = {
       {"output", {got[0], ref[0].index_select(0, mine)}},
       {"input gradient", {got[1], ref[1].index_select(0, mine)}},
-      {"gate_up_proj gradient", {grads[0], ref[2]}},
-      {"down_proj gradient", {grads[1], ref[3]}}};
+      {"gate_up_proj gradient", {got[2], ref[2].narrow(0, first, L)}},
+      {"down_proj gradient", {got[3], ref[3].narrow(0, first, L)}},
+      {"evaluation output", {got[4], ref[4].index_select(0, mine)}}};
   double worst = 0;
   {  // rank 0 routes no tokens at all; the others send all of theirs to expert 0 (rank 0's)
     auto none = at::zeros({E}, at::kLong), all = none.clone();
@@ -129,8 +159,7 @@ double check_expert_parallel(DataParallel& group, int64_t tokens) {
     auto rows = (group.rank() == 0 ? x_all.narrow(0, 0, 0) : x_all.narrow(0, 0, T)).clone().requires_grad_(true);
     auto y = ep.forward_grouped(rows, group.rank() == 0 ? none : all);
     y.sum().backward();
-    auto local = bank->forward_unit(0, rows.detach());
-    if (!y.sizes().equals(rows.sizes()) || (rows.size(0) > 0 && !at::allclose(y.detach(), local, 1e-12, 1e-12)))
+    if (!y.sizes().equals(rows.sizes()) || (rows.size(0) > 0 && !at::allclose(y.detach(), expert0, 1e-12, 1e-12)))
       throw std::runtime_error(
           fmt::format("expert parallel: rank {}: a rank without tokens broke the exchange", group.rank()));
   }
@@ -144,13 +173,19 @@ double check_expert_parallel(DataParallel& group, int64_t tokens) {
   return worst;
 }
 
-int64_t enable_expert_parallel(const std::vector<std::shared_ptr<FeedForward>>& ffns, DataParallel& group) {
-  int64_t n = 0;
+ExpertParallel enable_expert_parallel(const std::vector<std::shared_ptr<FeedForward>>& ffns, DataParallel& group) {
+  ExpertParallel out;
+  std::set<const ExpertBank*> sharded;  // a UniPool pool serves several slots
   for (auto& slot : moe_layers(ffns)) {
+    if (!slot->dispatches_whole_experts()) continue;
+    if (sharded.insert(slot->experts.get()).second) {
+      for (auto& p : slot->experts->parameters()) out.whole += p.numel();
+      for (auto& p : shard_bank(*slot->experts, group.rank(), group.world())) out.sharded.push_back(p);
+    }
     slot->dispatch_bank = std::make_shared<ExpertParallelBank>(slot->experts, group);
-    ++n;
+    ++out.layers;
   }
-  return n;
+  return out;
 }
 
 }  // namespace mf

@@ -7,10 +7,10 @@
 // so routing, capacity, combine and every statistic stay the single-process code. The backward
 // of an all-to-all is the all-to-all with the splits swapped (an autograd function here).
 //
-// Parameters stay replicated on every rank (the trainer's all-reduce keeps them identical;
-// gradients of the experts a rank does not own are zero there): the compute and the token
-// exchange are sharded, the memory is not. Without grad or outside training (evaluation on
-// rank 0 alone, generation) the wrapper computes locally, so no rank waits for a partner.
+// Memory is sharded too: each rank keeps only its experts' rows of the bank's parameters (and
+// so of their gradients and AdamW moments). Their gradients are complete where they live: the
+// exchange's backward brings every token's gradient to the owner. So every forward through the
+// bank, training or not, is a collective: all ranks evaluate and sample together.
 #pragma once
 #include <memory>
 
@@ -25,17 +25,19 @@ namespace mf {
 at::Tensor exchange_rows(DataParallel& group, const at::Tensor& rows, const std::vector<int64_t>& out_rows,
                          const std::vector<int64_t>& in_rows);
 
+// Keeps this rank's rows [rank·E/W, (rank+1)·E/W) of every parameter of `bank`, in place: the
+// parameters keep their identity, so the module and the optimizer hold the slices. Returns them.
+// Throws (naming model.moe.num_experts) when E does not split evenly over W.
+std::vector<at::Tensor> shard_bank(ExpertBank& bank, int rank, int world);
+
 class ExpertParallelBank : public UnitBank {
  public:
-  // throws when the bank's experts do not split evenly over the group
+  // `bank` already sharded over `group` (shard_bank); it still reports all E units
   ExpertParallelBank(std::shared_ptr<ExpertBank> bank, DataParallel& group);
   int64_t num_units() const override { return bank_->num_units(); }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
-  at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                              const at::Tensor& counts_E) override {
-    return bank_->forward_combined(x_TD, token_P, weight_P, counts_E);
-  }
-  at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override { return bank_->forward_unit(unit, rows); }
+  // forward_combined stays "not offered": dispatch() takes the grouped path, which exchanges
+  at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   int64_t first_owned() const { return group_.rank() * owned_; }
   int64_t owned() const { return owned_; }
 
@@ -45,16 +47,22 @@ class ExpertParallelBank : public UnitBank {
   int64_t owned_;  // experts per rank
 };
 
-// Routes every MoE slot of `ffns` through an ExpertParallelBank over `group`; returns how many
-// slots. Throws a ConfigError naming model.moe.num_experts when E is not a multiple of the
-// world size, and refuses slots whose method routes on its own (UniF-MoE's blocks, IntBMoE).
 // Float64, on every rank of `group`: one MoE layer (2 experts per rank, top-2, SwiGLU) on
-// T tokens per rank, through dispatch() with the expert-parallel bank, against the same layer
-// on all W * T tokens in this process: the rank's output rows, its input gradient and the
-// expert gradients summed over ranks. Returns the largest absolute difference; throws when it
-// exceeds 1e-10.
+// T tokens per rank, through dispatch() with the expert-parallel bank over the sharded experts,
+// against the same layer, whole, on all W * T tokens in this process: the rank's output rows,
+// its input gradient and its experts' gradients, in training and in evaluation. Returns the
+// largest absolute difference; throws when it exceeds 1e-10.
 double check_expert_parallel(DataParallel& group, int64_t tokens = 24);
 
-int64_t enable_expert_parallel(const std::vector<std::shared_ptr<FeedForward>>& ffns, DataParallel& group);
+struct ExpertParallel {
+  int64_t layers = 0;               // MoE slots routed through an ExpertParallelBank
+  std::vector<at::Tensor> sharded;  // the slices this rank keeps (each shared bank once)
+  int64_t whole = 0;                // parameters of those banks, all ranks together
+};
+
+// Shards every MoE slot's experts (a UniPool pool once) over `group` and routes the slot
+// through an ExpertParallelBank. Throws a ConfigError naming model.moe.num_experts when E is
+// not a multiple of the world size.
+ExpertParallel enable_expert_parallel(const std::vector<std::shared_ptr<FeedForward>>& ffns, DataParallel& group);
 
 }  // namespace mf

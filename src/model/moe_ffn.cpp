@@ -1,5 +1,7 @@
 #include "model/moe_ffn.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -179,6 +181,11 @@ std::vector<ReportsRouting*> routing_slots(const std::vector<std::shared_ptr<Fee
   for (auto& f : ffns)
     if (auto* r = dynamic_cast<ReportsRouting*>(f.get())) out.push_back(r);
   return out;
+}
+
+bool MoEFeedForward::dispatches_whole_experts() const {
+  return std::all_of(extensions_.begin(), extensions_.end(),
+                     [](const auto& e) { return e->dispatches_whole_experts(); });
 }
 
 std::vector<std::shared_ptr<MoEFeedForward>> moe_layers(const std::vector<std::shared_ptr<FeedForward>>& ffns) {

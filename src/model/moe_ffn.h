@@ -67,6 +67,9 @@ class MoEExtension {
   virtual at::Tensor forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed, bool record) {
     return {};
   }
+  // false when forward_routed may replace the path: the slot's bank is then not only reached
+  // through dispatch_bank (expert parallelism leaves such slots whole)
+  virtual bool dispatches_whole_experts() const { return true; }
 };
 // Returns null when the config does not enable the method.
 using MoEExtensionFactory = std::function<std::shared_ptr<MoEExtension>(const ModelConfig&)>;
@@ -94,6 +97,7 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
   int64_t routing_group() const override { return bank_group; }
   const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
   const MoELayerShape& shape() const { return shape_; }
+  bool dispatches_whole_experts() const;  // every extension does (MoEExtension::dispatches_whole_experts)
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work
 
   // Routing-randomization probe: when set, each token's k experts are drawn uniformly (without

@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
+#include "train/across_ranks.h"
 #include "train/finite.h"
 #include "train/grad_overlap.h"
 #include "train/metrics.h"
@@ -77,45 +78,15 @@ nlohmann::json losses_json(const std::vector<DomainLoss>& l) {
   return j;
 }
 
-// Data parallel: sums the gradients (unless `overlap` summed them during the backward), the MoE
-// layers' pending loads and the loss over ranks. A gradient no rank has stays undefined, so
-// AdamW skips that parameter as one process would.
-double sum_over_ranks(DataParallel& par, torch::nn::Module& model,
-                      const std::vector<std::shared_ptr<MoEFeedForward>>& moe, double loss_sum, GradOverlap* overlap) {
-  auto params = model.parameters();
-  std::vector<at::Tensor> tensors;
-  at::Tensor had;  // which gradients this rank has
-  if (overlap) {
-    had = overlap->finish();
-  } else {
-    had = torch::zeros({static_cast<int64_t>(params.size())}, torch::kFloat);
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].grad().defined())
-        had.data_ptr<float>()[i] = 1;
-      else
-        params[i].mutable_grad() = torch::zeros_like(params[i]);
-      tensors.push_back(params[i].mutable_grad());
-    }
-  }
-  const size_t at = tensors.size();
-  tensors.push_back(had);
-  tensors.push_back(torch::tensor({loss_sum}, torch::kFloat64));
-  for (auto& m : moe)
-    if (m->pending_load().defined()) tensors.push_back(m->pending_load());
-  par.sum(tensors);
-  const float* any = had.data_ptr<float>();  // ranks holding each gradient
-  for (size_t i = 0; i < params.size(); ++i)
-    if (any[i] == 0) params[i].mutable_grad() = at::Tensor();
-  return tensors[at + 1].item<double>();
-}
-
 struct Trainer {
   const Config& cfg;
   const TrainOptions& opt;
   fs::path run_dir;
   std::unique_ptr<Task> task;
   std::unique_ptr<torch::optim::AdamW> optimizer;
-  int64_t step = 0;  // optimizer steps completed
+  int64_t step = 0;                               // optimizer steps completed
+  Distributed dist;                               // what opt.distribute did (nothing without it)
+  std::unordered_set<std::string> sharded_names;  // of dist.sharded and their AdamW moments
 
   Trainer(const Config& c, const TrainOptions& o)
       : cfg(c), opt(o), run_dir(fs::path(c.run.out_dir) / c.run.name), task(make_task(c)) {}
@@ -137,11 +108,18 @@ struct Trainer {
   void save(const Evaluation& last_val, MetricsLog& metrics) {
     DataParallel* par = opt.parallel;
     const bool sharded = par && par->world() > 1 && cfg.train.shard_checkpoints;
-    if (par && par->rank() != 0 && !sharded) return;
+    const bool split = !dist.sharded.empty();  // expert slices to gather first, on every rank
+    if (par && par->rank() != 0 && !sharded && !split) return;
     auto& module = task->module();
-    const auto state = optimizer_state_tensors(*optimizer, module);
-    if (auto bad = first_nonfinite(model_tensors(module)); !bad.empty()) diverged(metrics, "non-finite weights", bad);
+    auto state = optimizer_state_tensors(*optimizer, module);
+    auto tensors = model_tensors(module);
+    if (auto bad = first_nonfinite(tensors); !bad.empty()) diverged(metrics, "non-finite weights", bad);
     if (auto bad = first_nonfinite(state); !bad.empty()) diverged(metrics, "non-finite optimizer state", bad);
+    if (split) {
+      gather_for_writing(*par, tensors, sharded_names, !sharded);
+      gather_for_writing(*par, state, sharded_names, !sharded);
+      if (par->rank() != 0 && !sharded) return;
+    }
     auto name = fmt::format("step_{:08d}", step);
     Config resolved = cfg;
     Metadata meta = task->checkpoint_metadata();
@@ -154,7 +132,7 @@ struct Trainer {
                                     {"rng_cpu", rng_state_hex()},
                                     {"val_loss", losses_json(last_val.losses)}};
     const auto dir = (run_dir / "checkpoints" / name).string();
-    const CheckpointContents contents{model_tensors(module), state, meta, trainer_state, task->tokenizer_path()};
+    const CheckpointContents contents{tensors, state, meta, trainer_state, task->tokenizer_path()};
     if (!sharded) {
       write_checkpoint(dir, contents);
     } else {
@@ -240,15 +218,27 @@ struct Trainer {
       for (auto& [name, t] : model_tensors(model)) values.push_back(t);
       par->broadcast(values);
     }
+    auto counts = task->param_counts();  // of the whole model, before any sharding
     std::string parallel = par ? fmt::format("data parallel over {} ranks", par->world()) : "one process";
-    if (opt.distribute) parallel += "; " + opt.distribute(task->feed_forwards());
+    if (opt.distribute) {
+      dist = opt.distribute(task->feed_forwards());
+      parallel += "; " + dist.description;
+      narrow_optimizer_state(*optimizer, dist.sharded, par ? par->rank() : 0);
+      for (auto& p : model.named_parameters())
+        if (is_among(p.value(), dist.sharded))
+          for (const char* suffix : {"", ".exp_avg", ".exp_avg_sq"}) sharded_names.insert(p.key() + suffix);
+    }
+    const auto replicated = without(model.parameters(), dist.sharded);
+    int64_t state_bytes = 0;  // this rank's weights, gradients and two AdamW moments
+    for (auto& p : model.parameters()) state_bytes += 4 * p.numel() * static_cast<int64_t>(p.element_size());
+    // with sharded experts every forward through them is a collective: all ranks evaluate and sample
+    const bool together = !dist.sharded.empty();
     if (lead) {
       fs::create_directories(run_dir / "checkpoints");
       write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
     }
     MetricsLog metrics(lead ? (run_dir / "metrics.jsonl").string() : "", keep_metrics);
 
-    auto counts = task->param_counts();
     if (lead) {
       auto env = environment_json(cfg, counts);
       env["parallel"] = parallel;
@@ -259,8 +249,9 @@ struct Trainer {
     const auto routing = routing_slots(task->feed_forwards());
     spdlog::info(
         "model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
-        "{} threads",
-        counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(), at::get_num_threads());
+        "{} threads; {:.1f} MB of weights, gradients and AdamW moments on this rank",
+        counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(), at::get_num_threads(),
+        static_cast<double>(state_bytes) / 1e6);
     const auto evaluate = [&] { return task->evaluate("val"); };
     const std::string items = task->item_name();
 
@@ -282,12 +273,13 @@ struct Trainer {
     }
     std::unique_ptr<GradOverlap> overlap;  // gradient sums started during each step's last backward
     if (par && par->world() > 1 && cfg.train.overlap_grad_sum) {
-      overlap = std::make_unique<GradOverlap>(*par, model.parameters());
+      overlap = std::make_unique<GradOverlap>(*par, replicated);
       if (lead)
         spdlog::info("gradient sums start during the backward: {} buckets of at most {} MB", overlap->buckets(),
                      GradOverlap::kBucketBytes >> 20);
     }
     model.train();
+    reset_peak_rss();  // the peak of the steps, not of building (and cutting) the model
     while (step < end_step) {
       if (profiler) profiler->before_step(step);
       auto ts = std::chrono::steady_clock::now();
@@ -305,9 +297,12 @@ struct Trainer {
         (loss / static_cast<double>(cfg.train.grad_accum)).backward();
         if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
       }
-      if (par) loss_sum = sum_over_ranks(*par, model, moe, loss_sum, overlap.get());
+      if (par) loss_sum = sum_over_ranks(*par, replicated, moe, loss_sum, overlap.get());
+      for (auto& p : dist.sharded)  // as one process, where the whole bank has a gradient
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
-      const double grad_norm = torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
+      const double grad_norm = together ? clip_grad_norm(*par, replicated, dist.sharded, max_norm)
+                                        : torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
       ++step;
       last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
       // No pass over the weights on a healthy step: a weight that went non-finite in the last
@@ -355,7 +350,7 @@ struct Trainer {
       }
       if (lead) bar.update(step, fmt::format("loss {:.3f}", loss_ema));
       const bool last = step == cfg.train.steps;
-      if (lead && ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last)) {
+      if ((lead || together) && ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last)) {
         val = evaluate();
         nlohmann::json rec = {
             {"step", step}, {"val_loss", losses_json(val.losses)}, {"val_loss_mean", mean_loss(val.losses)}};
@@ -368,11 +363,12 @@ struct Trainer {
     }
     if (lead) bar.finish(fmt::format("loss {:.3f}", loss_ema));
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!lead) return {run_dir.string(), {}};  // rank 0 evaluates, samples and writes the summary
+    if (!lead && !together) return {run_dir.string(), {}};  // rank 0 evaluates, samples and writes the summary
     if (val.losses.empty()) val = evaluate();
 
     auto* lm = task->language_model();
     const std::string sample = opt.sample && lm ? opt.sample(*lm, task->tokenizer_path()) : "";
+    if (!lead) return {run_dir.string(), {}};
     const int64_t steps_run = step - start_step;
     nlohmann::json summary = {{"run", cfg.run.name},
                               {"steps", step},
@@ -389,6 +385,8 @@ struct Trainer {
                               {"val_loss", losses_json(val.losses)},
                               {"val_loss_mean", mean_loss(val.losses)},
                               {"threads", at::get_num_threads()},
+                              {"train_state_mb_rank0", static_cast<double>(state_bytes) / 1e6},
+                              {"peak_rss_mb_rank0", static_cast<double>(peak_rss_bytes()) / 1e6},
                               {"sample", sample},
                               {"checkpoint", latest_checkpoint(run_dir.string())}};
     for (auto& [k, v] : val.metrics.items()) summary["val_" + k] = v;

@@ -2,8 +2,9 @@
 # Data parallel on c10d (Gloo, loopback): 2 ranks == 1 process with the same global batch,
 # bitwise (two-rank sums are exact), for a dense model and an MoE with the aux-free bias;
 # resume of a 2-rank run on 1 rank and back; kill -9 of a worker stops the run within 60 s;
-# a bad world is a clear error; expert parallel equals one process (layer in float64, training
-# runs within float32 reassociation), UniPool included.
+# a bad world is a clear error; expert parallel (experts sharded: each rank holds its own)
+# equals one process (layer in float64, training runs within float32 reassociation), UniPool
+# included, and its checkpoints resume on 1 process and under expert parallel again.
 # Usage: MOEFORGE=path/to/moeforge data_parallel.sh WORKDIR
 set -euo pipefail
 MF=${MOEFORGE:?set MOEFORGE to the binary}
@@ -62,7 +63,8 @@ PY
 }
 "$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=moe_ep --expert-parallel > ep.txt 2>&1 ||
   { cat ep.txt; fail "expert parallel"; }
-grep -q "expert parallel: 2 MoE layers, their experts split over 2 ranks" ep.txt || fail "expert parallel not enabled"
+grep -q "expert parallel: 2 MoE layers, their experts split over 2 ranks (each keeps 1/2 of their" ep.txt ||
+  fail "expert parallel not enabled"
 grep -q '"parallel": "data parallel over 2 ranks; expert parallel: 2 MoE layers' runs/moe_ep/environment.json ||
   fail "environment.json does not say the run was expert parallel"
 close_losses moe_one moe_ep
@@ -81,6 +83,18 @@ grep -q 'pool_aux' runs/pool_aux/metrics.jsonl || fail "no pool loss logged"
   fail "stop under expert parallel"
 "$MF" train --resume runs/ep_one > /dev/null 2>&1 || fail "resume an expert-parallel run on 1 process"
 close_losses moe_one ep_one
+# the expert slices are gathered whole into the checkpoint (here by rank 0 alone, single files),
+# and a whole checkpoint resumes under expert parallel (weights and AdamW moments cut to the slices)
+"$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set run.name=ep_ep --set train.shard_checkpoints=false \
+  --expert-parallel --stop-after 3 > /dev/null 2>&1 || fail "stop under expert parallel, single-file checkpoint"
+[ -f "$(ls -d runs/ep_ep/checkpoints/step_* | tail -1)/model.safetensors" ] || fail "no single-file checkpoint"
+"$MF" launch --nproc 2 train --resume runs/ep_ep --expert-parallel > ep_ep.txt 2>&1 ||
+  { cat ep_ep.txt; fail "resume under expert parallel"; }
+close_losses moe_one ep_ep
+# UniF-MoE routes (expert, block) units itself: its layers stay whole and data parallel
+"$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set model.moe.bias_update=0 --set model.moe.unif.blocks=2 --set run.name=unif_ep \
+  --expert-parallel > unif_ep.txt 2>&1 || { cat unif_ep.txt; fail "UniF-MoE under --expert-parallel"; }
+grep -q "expert parallel: no layer to split" unif_ep.txt || { cat unif_ep.txt; fail "UniF-MoE layers were split"; }
 set +e
 out=$("$MF" launch --nproc 2 train tiny.toml "${MOE[@]}" --set model.moe.num_experts=3 --set run.name=ep3 --expert-parallel 2>&1)
 rc=$?

@@ -144,8 +144,10 @@ TEST(HfRoundTrip, ImportExportIsByteIdenticalAndExportImportKeepsLogits) {
     const auto cfg_out = nlohmann::json::parse(read_file(back + "/config.json"));
     for (auto& [key, value] : cfg_in.items())
       // equivalent spellings of the sparse blocks are compared through the configs they give (below)
-      if (cfg_out.contains(key) && key != "sliding_window" && key != "decoder_sparse_step" && key != "mlp_only_layers")
+      if (cfg_out.contains(key) && key != "sliding_window" && key != "decoder_sparse_step" &&
+          key != "mlp_only_layers") {
         EXPECT_EQ(cfg_out[key], value) << "config.json key " << key;
+      }
     EXPECT_EQ(to_toml(original.config()), to_toml(exported.config()));
     // export -> import: the same model
     hf::import_hf(back, again);

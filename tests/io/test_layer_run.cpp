@@ -60,7 +60,9 @@ TEST(LayerRun, EverySlotKindMatchesItsModel) {
       EXPECT_TRUE(torch::allclose(out.at("grad." + name), want, 1e-12, 1e-12)) << kind << " " << name;
     }
     EXPECT_GT(grads, 2) << kind;
-    if (kind == "unipool") EXPECT_TRUE(out.count("grad.experts.gate_up_proj")) << "the shared pool's gradient";
+    if (kind == "unipool") {
+      EXPECT_TRUE(out.count("grad.experts.gate_up_proj")) << "the shared pool's gradient";
+    }
   }
 }
 

@@ -36,6 +36,7 @@ class UniFExtension : public MoEExtension {
   void plan(std::map<int64_t, MoELayerShape>& shapes) override;
   void attach(MoEFeedForward& slot) override;
   at::Tensor forward_routed(MoEFeedForward& slot, const at::Tensor& x_TD, RouterOutput& routed, bool record) override;
+  bool dispatches_whole_experts() const override { return false; }
 
  private:
   UniFOptions options_;
