@@ -21,7 +21,8 @@ namespace {
 // Per-layer routing fields that are not losses (everything else numeric in a layer record is
 // one of the layer's auxiliary losses: aux, z, seq_aux, pool_aux, div, ...).
 const std::set<std::string> kRoutingFields = {"layer",           "cv",      "max_over_mean", "entropy",  "dead",
-                                              "units_per_token", "dropped", "load_min",      "load_max", "norm_scale"};
+                                              "units_per_token", "dropped", "load_min",      "load_max", "norm_scale",
+                                              "gate_scale"};
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

@@ -80,6 +80,7 @@ struct MoeConfig {
   double z_loss_coef = 1e-3;
   double seq_aux_loss_coef = 0.0;
   double bias_update = 0.0;          // DeepSeek-V3 aux-loss-free balancing step (0 = off)
+  double gate_scale = 0.0;           // > 0: combine weights times a learnable scalar starting here (0 = off)
   int64_t n_shared = 0;              // always-on shared experts (one SwiGLU of width n_shared * expert_hidden)
   std::string dense_ffn = "swiglu";  // the FFN of the blocks model.moe.layers leaves dense: swiglu | gelu
   double capacity_factor = 0.0;      // 0 = dropless
@@ -176,7 +177,7 @@ struct TrainConfig {
   bool shard_checkpoints = true;
   bool overlap_grad_sum = false;  // with W > 1 ranks, gradient sums start during the backward  // with W > 1 ranks,
                                   // each rank writes 1/W of every checkpoint
-  int64_t skip_nonfinite = 0;  // steps with a non-finite loss or gradient skipped before the run stops
+  int64_t skip_nonfinite = 0;     // steps with a non-finite loss or gradient skipped before the run stops
 };
 
 struct EvalConfig {

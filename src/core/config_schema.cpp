@@ -72,6 +72,12 @@ std::vector<KeySpec> build_schema() {
                    "norm_topk (UniPool NormRouter): divide the selected scores by their sum"),
       key_at<double>("model.moe.norm_eps", MOE_REF(norm_eps), "norm_topk: epsilon added to the logits' L2 norm", 0, 1),
       key_at<double>("model.moe.top_p", MOE_REF(top_p), "cumulative mass for router = top_p", 0, 1),
+      key_at<double>(
+          "model.moe.gate_scale", MOE_REF(gate_scale),
+          "> 0: multiply the combine weights by a learnable scalar initialised to this (mlp.gate.gate_scale, "
+          "no weight decay), e.g. E for softmax top-1, whose weights start near 1/E, as a gate-scale control "
+          "to NormRouter (0 = off)",
+          0, 1e6),
       key_at<double>("model.moe.aux_loss_coef", MOE_REF(aux_loss_coef), "Switch load-balancing loss alpha (0 = off)", 0,
                      100),
       key_at<double>("model.moe.z_loss_coef", MOE_REF(z_loss_coef), "router z-loss beta (0 = off)", 0, 100),

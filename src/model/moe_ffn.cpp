@@ -26,6 +26,7 @@ RouterOptions router_options(const ModelConfig& c, const MoELayerShape& shape) {
   o.bias_update = m.bias_update;
   o.seq_aux_loss_coef = m.seq_aux_loss_coef;
   o.norm_eps = m.norm_eps;
+  o.gate_scale = m.gate_scale;
   return o;
 }
 
@@ -173,6 +174,7 @@ nlohmann::json routing_stats_json(int64_t layer, const RoutingStats& s) {
 nlohmann::json MoEFeedForward::stats_json() const {
   auto j = routing_stats_json(layer, last_stats());
   if (gate->norm_scale.defined()) j["norm_scale"] = gate->norm_scale.item<double>();
+  if (gate->gate_scale.defined()) j["gate_scale"] = gate->gate_scale.item<double>();
   return j;
 }
 

@@ -90,6 +90,7 @@ RouterImpl::RouterImpl(int64_t d_model, RouterOptions opt) : opt_(std::move(opt)
     norm_scale = register_parameter("norm_scale", torch::ones({1}));
     norm_constant = norm_router_constant(opt_.num_experts, opt_.top_k);
   }
+  if (opt_.gate_scale > 0) gate_scale = register_parameter("gate_scale", torch::full({1}, opt_.gate_scale));
 }
 
 static bool is_top_k(RouterKind k) {
@@ -172,6 +173,7 @@ RouterOutput RouterImpl::forward(const at::Tensor& x_TD) {
   a.token_P = sel.token_P;
   a.unit_P = sel.unit_P;
   a.weight_P = weight_pairs(s, sel);
+  if (gate_scale.defined()) a.weight_P = a.weight_P * gate_scale.to(a.weight_P.dtype());
   // balance losses act on the softmax probabilities, or on NormRouter's scores
   out.scores_TE = opt_.kind == RouterKind::NormTopK ? s.select_TE : s.probs_TE;
   if (opt_.aux_loss_coef > 0)

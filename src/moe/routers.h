@@ -23,6 +23,7 @@ struct RouterOptions {
   double bias_update = 0.0;      // DeepSeek-V3 aux-free bias step gamma (0 = off)
   uint64_t seed = 0;             // uniform_random router
   double norm_eps = 1e-8;        // norm_topk: added to ||z||_2
+  double gate_scale = 0;         // > 0: weights times a learnable scalar initialised to this
 };
 
 // NormRouter calibration c(M, k) = E_x[ 1 / ||topk(ReLU(x / ||x||))||_2 ], x ~ N(0, I_M),
@@ -50,7 +51,9 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   RouterImpl(int64_t d_model, RouterOptions opt);
   ParamRoleList param_roles() const override {
-    return {{"norm_scale", ParamRole::Gain}, {"weight", orthonormal_init ? ParamRole::Orthonormal : ParamRole::Weight}};
+    return {{"norm_scale", ParamRole::Gain},
+            {"gate_scale", ParamRole::Gain},
+            {"weight", orthonormal_init ? ParamRole::Orthonormal : ParamRole::Weight}};
   }
   RouterOutput forward(const at::Tensor& x_TD);
   void set_sequence_length(int64_t seq_len) { seq_len_ = seq_len; }
@@ -62,6 +65,7 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
   at::Tensor selection_bias;      // [E], selection only, not trained by gradient
   at::Tensor norm_scale;          // norm_topk: learnable sigma [1] (mlp.gate.norm_scale, no weight decay)
   double norm_constant = 1;       // norm_topk: c(E, k)
+  at::Tensor gate_scale;          // options().gate_scale > 0: learnable s [1], w_P <- s w_P (mlp.gate.gate_scale)
   bool orthonormal_init = false;  // initialise `weight` with orthonormal rows (UniF-MoE's router)
 
  private:

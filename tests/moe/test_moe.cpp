@@ -312,6 +312,31 @@ TEST(Routers, TopPWeightsHandComputed) {
   EXPECT_EQ(route_fixed_logits(RouterKind::TopP, true, 0.7).assignment.unit_P.numel(), 1);  // 0.7054 >= 0.7
 }
 
+TEST(Routers, GateScaleMultipliesTheWeightsAndLearns) {
+  // softmax top-1 of logits (0, 1, -2): weight p1 = e / z; with gate_scale 3 it is 3 e / z, and
+  // d(weight)/d(scale) = e / z, d(weight)/d(logit 1) = 3 p1 (1 - p1)
+  const double e = std::exp(1.0), z = 1 + e + std::exp(-2.0), p1 = e / z;
+  RouterOptions o;
+  o.num_experts = 3;
+  o.top_k = 1;
+  o.renormalize = false;
+  o.gate_scale = 3;
+  Router r(1, o);
+  r->to(torch::kFloat64);
+  {
+    torch::NoGradGuard g;
+    r->weight.copy_(torch::tensor({0.0, 1.0, -2.0}, torch::kFloat64).view({3, 1}));
+  }
+  auto a = r->forward(torch::ones({1, 1}, torch::kFloat64)).assignment;
+  ASSERT_EQ(a.unit_P.numel(), 1);
+  EXPECT_EQ(a.unit_P[0].item<int64_t>(), 1);
+  EXPECT_NEAR(a.weight_P[0].item<double>(), 3 * p1, 1e-15);
+  a.weight_P.sum().backward();
+  EXPECT_NEAR(r->gate_scale.grad().item<double>(), p1, 1e-15);
+  EXPECT_NEAR(r->weight.grad()[1][0].item<double>(), 3 * p1 * (1 - p1), 1e-14);
+  EXPECT_FALSE(Router(1, RouterOptions{}).ptr()->gate_scale.defined());  // off by default: no parameter
+}
+
 TEST(Routers, AuxFreeBiasMovesTowardsUnderloadedExperts) {
   RouterOptions o;
   o.num_experts = 4;

@@ -172,6 +172,7 @@ void check_moe_exportable(const ModelConfig& m, const std::string& arch) {
   if (m.moe.router != RouterKind::SoftmaxTopK) refuse("model.moe.router = " + to_string(m.moe.router));
   if (m.moe.activation != Activation::SwiGLU) refuse("model.moe.activation = " + to_string(m.moe.activation));
   if (m.moe.expert_bias) refuse("model.moe.expert_bias = true");
+  if (m.moe.gate_scale > 0) refuse("model.moe.gate_scale (a learnable gate scale)");
   if (m.moe.bias_update > 0) refuse("model.moe.bias_update (the aux-loss-free selection bias)");
   if (m.moe.capacity_factor > 0) refuse("model.moe.capacity_factor (token dropping)");
   if (m.moe.dense_ffn != "swiglu") refuse("model.moe.dense_ffn = " + m.moe.dense_ffn);
