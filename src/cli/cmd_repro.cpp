@@ -54,11 +54,12 @@ void register_repro_commands(CLI::App& app) {
   auto* up = repro->add_subcommand(
       "unipool",
       "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
-      "full UniPool, a half-size pool (and G = 2); table, heatmaps and routing probe under --out");
-  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}};
-  static bool g2 = false, probe = true;
+      "full UniPool, a half-size pool, G = 2, and the gate-scale controls (softmax x a learnable scale, sigmoid "
+      "router); table with paired differences, heatmaps and routing probe under --out");
+  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}, 3};
+  static bool g2 = true, probe = true;
   add_repro_options(up, unipool_args);
-  up->add_flag("--g2", g2, "also run G = 2 groups");
+  up->add_flag("!--no-g2", g2, "skip the G = 2 arm");
   up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
   up->callback([] { write_results(unipool_repro(unipool_args, g2, probe)); });
 

@@ -52,7 +52,7 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
   RouterImpl(int64_t d_model, RouterOptions opt);
   ParamRoleList param_roles() const override {
     return {{"norm_scale", ParamRole::Gain},
-            {"gate_scale", ParamRole::Gain},
+            {"gate_scale", ParamRole::Scale},
             {"weight", orthonormal_init ? ParamRole::Orthonormal : ParamRole::Weight}};
   }
   RouterOutput forward(const at::Tensor& x_TD);

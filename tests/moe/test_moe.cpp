@@ -393,6 +393,11 @@ TEST(MoEModel, LayerPatternsAndNames) {
   EXPECT_EQ(p["model.layers.1.mlp.experts.gate_up_proj"].sizes(), (std::vector<int64_t>{4, 16, 16}));
   auto counts = m->param_counts();
   EXPECT_EQ(counts.total - counts.active, 2 * (4 - 2) * (4 * 16 * 8 * 3) / 4);  // 2 layers x 2 unused experts
+  EXPECT_FALSE(p.contains("model.layers.1.mlp.gate.gate_scale"));
+  c.moe.gate_scale = 4;  // the weight initialiser leaves the configured start of the scale alone
+  TransformerLM scaled(c);
+  scaled->init_weights(1);
+  EXPECT_EQ(scaled->named_parameters()["model.layers.1.mlp.gate.gate_scale"].item<double>(), 4.0);
 }
 
 TEST(MoEModel, TrainsAndReportsAuxLosses) {

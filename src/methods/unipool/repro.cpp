@@ -27,6 +27,9 @@ struct Variant {
   std::vector<std::string> sets;
 };
 
+// The controls give softmax top-1 a gate of NormRouter's scale (its weight starts near 1/N over N
+// candidates, so a learnable scalar starting at N) while its router keeps a gradient, and the
+// paper's sigmoid router without aux loss: what the pool and NormRouter gain beyond gate scale.
 std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool with_g2) {
   const std::string pool = "model.moe.unipool.groups=1";
   const std::string half = fmt::format("model.moe.unipool.pool_size={}", experts * moe_layers / 2);
@@ -35,6 +38,15 @@ std::vector<Variant> unipool_variants(int64_t moe_layers, int64_t experts, bool 
       {"vanilla", "vanilla MoE (softmax, per-layer Switch aux 1e-2)", {}},
       {"pool_layer_aux", "shared pool + per-layer aux + softmax", {pool}},
       {"pool_pool_aux", "shared pool + pool aux + softmax", {pool, "model.moe.aux_loss_coef=0", pool_aux}},
+      {"vanilla_scaled",
+       fmt::format("vanilla + softmax x learnable scale (from {})", experts),
+       {fmt::format("model.moe.gate_scale={}", experts)}},
+      {"vanilla_sigmoid",
+       "vanilla + sigmoid router, no aux",
+       {"model.moe.router=sigmoid_topk", "model.moe.aux_loss_coef=0"}},
+      {"pool_pool_aux_scaled",
+       fmt::format("shared pool + pool aux + softmax x learnable scale (from {})", experts * moe_layers),
+       {pool, "model.moe.aux_loss_coef=0", pool_aux, fmt::format("model.moe.gate_scale={}", experts * moe_layers)}},
       {"vanilla_norm", "vanilla + NormRouter", {"model.moe.router=norm_topk"}},
       {"unipool",
        "full UniPool (G = 1, pool aux + NormRouter)",
@@ -63,7 +75,10 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
   const auto variants = unipool_variants(L, E, g2);
   std::map<std::string, Outcome> res;
   std::map<std::string, std::string> first_run;
-  for (int64_t s = 0; s < seeds; ++s) {  // seed-major: a stopped repro has whole seeds
+  std::string probe_md;
+  nlohmann::json probe_json;
+  std::map<std::string, std::vector<double>> probe_cost;  // per seed: vanilla (own), unipool (matched)
+  for (int64_t s = 0; s < seeds; ++s) {                   // seed-major: a stopped repro has whole seeds
     for (auto& v : variants) {
       Config cfg = base;
       for (auto& set : v.sets) apply_override(cfg, set);
@@ -75,6 +90,12 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
       auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
       auto& o = res[v.name];
       o.loss.push_back(summary["val_loss_mean"].get<double>());
+      if (probe && (v.name == "vanilla" || v.name == "unipool")) {
+        auto rep = routing_probe(open_evaluable(dir, base.eval.windows), ProbeOptions{});
+        probe_cost[v.name].push_back(rep.mean_delta[v.name == "vanilla" ? "own" : "matched"]);
+        probe_json[v.name].push_back(rep.to_json());
+        if (s == 0) probe_md += fmt::format("### {} (seed 0)\n\n{}\n", v.name, rep.markdown());
+      }
       if (s == 0) {
         first_run[v.name] = dir;
         auto l = load_model(dir);
@@ -88,37 +109,8 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
       }
     }
   }
-  std::string probe_md;
-  nlohmann::json probe_json;
-  std::map<std::string, double> probe_cost;  // mean loss increase: vanilla (own), unipool (matched)
-  if (probe) {
-    for (std::string name : {"vanilla", "unipool"}) {
-      auto model = open_evaluable(first_run[name], base.eval.windows);
-      ProbeOptions po;
-      auto rep = routing_probe(model, po);
-      probe_md += fmt::format("### {} (seed 0)\n\n{}\n", name, rep.markdown());
-      probe_json[name] = rep.to_json();
-      probe_cost[name] = rep.mean_delta[name == "vanilla" ? "own" : "matched"];
-    }
-  }
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
-  // the paper's directions (table 5 and section 6)
   auto m = [&](const std::string& n) { return res[n].mean(); };
-  std::vector<std::pair<std::string, bool>> dirs = {
-      {"full UniPool beats vanilla MoE", m("unipool") < m("vanilla")},
-      {"shared pool + per-layer aux is worse than vanilla or collapses (more dead experts)",
-       m("pool_layer_aux") > m("vanilla") || res["pool_layer_aux"].dead > res["unipool"].dead},
-      {"the pool-level aux beats the per-layer aux under sharing", m("pool_pool_aux") < m("pool_layer_aux")},
-      {"NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)",
-       m("unipool") < m("pool_pool_aux")},
-      {"NormRouter alone does not help vanilla MoE", m("vanilla_norm") >= m("vanilla")},
-      {"a half-size pool still matches or beats vanilla", m("unipool_half") <= m("vanilla")}};
-  if (probe)
-    dirs.push_back({"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla",
-                    probe_cost["unipool"] > probe_cost["vanilla"]});
-  if (g2)
-    dirs.push_back(
-        {"G = 2 lies between G = 1 and vanilla", m("unipool") < m("unipool_g2") && m("unipool_g2") < m("vanilla")});
   std::string md = fmt::format(
       "# UniPool ablation in miniature\n\nProduced by `{}{}` ({} MoE layers, "
       "d = {}, top-{} of {} experts per layer, expert width {}, {} steps x {} tokens). Validation loss is the mean "
@@ -126,15 +118,15 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
       "validation windows (seed 0). Total runtime {:.1f} min on {} threads.\n\n"
       "| variant | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
       "|---|---|---|---|---|---|---|\n",
-      args.command_line("unipool"), std::string(g2 ? " --g2" : "") + (probe ? "" : " --no-probe"), L,
+      args.command_line("unipool"), std::string(g2 ? "" : " --no-g2") + (probe ? "" : " --no-probe"), L,
       base.model.d_model, base.model.moe.top_k, E, base.model.moe.expert_hidden, base.train.steps,
       base.train.batch_size * base.train.seq_len, seeds, minutes, base.train.threads);
   nlohmann::json js = {{"minutes", minutes}, {"seeds", seeds}, {"variants", nlohmann::json::object()}};
   for (auto& v : variants) {
     auto& o = res[v.name];
-    md += fmt::format("| {} | {} | {:.2f} M | {:.0f} % | {:.4f} ± {:.4f} | {:+.4f} | {} |\n", v.label, o.stored_experts,
+    md += fmt::format("| {} | {} | {:.2f} M | {:.0f} % | {:.4f} ± {} | {:+.4f} | {} |\n", v.label, o.stored_experts,
                       o.expert_params / 1e6, 100.0 * o.expert_params / std::max<int64_t>(1, o.vanilla_params), o.mean(),
-                      o.std(), o.mean() - m("vanilla"), o.dead);
+                      seeds > 1 ? fmt::format("{:.4f}", o.std()) : "n/a", o.mean() - m("vanilla"), o.dead);
     js["variants"][v.name] = {{"label", v.label},
                               {"val_loss", o.loss},
                               {"mean", o.mean()},
@@ -143,11 +135,36 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
                               {"stored_experts", o.stored_experts},
                               {"expert_params", o.expert_params}};
   }
-  md += "\n## The paper's directions at this scale\n\n";
-  for (auto& [d, held] : dirs) {
-    md += fmt::format("- {}: **{}**\n", d, verdict(held));
-    js["directions"][d] = held;
+  md += "\n## The paper's directions at this scale (paired by seed: difference ± standard error)\n\n";
+  auto loss = [&](const std::string& n) { return res[n].loss; };
+  auto direction = [&](const std::string& text, const std::string& worse, const std::string& better) {
+    report_direction(md, js, text + " (val loss, " + worse + " - " + better + ")",
+                     paired_difference(loss(worse), loss(better)), true);
+  };
+  direction("full UniPool beats vanilla MoE", "vanilla", "unipool");
+  direction("full UniPool beats vanilla with a softmax gate of the same scale (the gate-scale control)",
+            "vanilla_scaled", "unipool");
+  direction("full UniPool beats vanilla with the sigmoid router (the second control)", "vanilla_sigmoid", "unipool");
+  direction("shared pool + per-layer aux is worse than vanilla", "pool_layer_aux", "vanilla");
+  direction("the pool-level aux beats the per-layer aux under sharing", "pool_layer_aux", "pool_pool_aux");
+  direction("NormRouter helps under sharing (UniPool beats shared pool + pool aux + softmax)", "pool_pool_aux",
+            "unipool");
+  direction("NormRouter helps under sharing beyond gate scale (UniPool beats the scaled softmax pool)",
+            "pool_pool_aux_scaled", "unipool");
+  direction("NormRouter alone does not help vanilla MoE beyond gate scale (expected: not resolved, or worse)",
+            "vanilla_norm", "vanilla_scaled");
+  direction("a half-size pool still beats vanilla", "vanilla", "unipool_half");
+  if (g2) {
+    direction("G = 2 is worse than G = 1", "unipool_g2", "unipool");
+    direction("G = 2 beats vanilla", "vanilla", "unipool_g2");
   }
+  md += fmt::format("\nDead experts (seed 0): shared pool + per-layer aux {}, full UniPool {}, vanilla {}.\n",
+                    res["pool_layer_aux"].dead, res["unipool"].dead, res["vanilla"].dead);
+  if (probe)
+    report_direction(md, js,
+                     "randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla "
+                     "(mean loss increase, UniPool - vanilla, per seed)",
+                     paired_difference(probe_cost["unipool"], probe_cost["vanilla"]), true);
   md +=
       "\nHeatmaps: `<variant>_heatmap.svg` (share of each layer's pairs per expert), `<variant>_hist.svg` "
       "(usage per stored expert, dead in red).\n";
