@@ -63,9 +63,10 @@ void register_repro_commands(CLI::App& app) {
   up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
   up->callback([] { write_results(unipool_repro(unipool_args, g2, probe)); });
 
-  auto* lt = repro->add_subcommand("latent",
-                                   "LatentMoE in miniature: shape sweep at fixed l*m (U shape) and the "
-                                   "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
+  auto* lt = repro->add_subcommand(
+      "latent",
+      "LatentMoE in miniature: shape sweep at fixed l*m and layer cost (U shape; fixed-ms control) and the "
+      "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
   static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}};
   static int64_t multiple = 8;
   add_repro_options(lt, latent_args);
