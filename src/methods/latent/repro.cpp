@@ -3,9 +3,9 @@
 //     MACs per token (the paper's main sweep): validation loss against l/m (expect a U); the
 //     same at fixed ms (the paper's appendix control);
 // (2) ID-guided allocation: a short proxy run's TwoNN profile picks the two-segment split;
-//     two-segment vs uniform narrow (l = 3/4 of the reference's), uniform wide (3/2) and the
-//     swapped placement, each layer cost-matched to the reference (P, C, V, Q deviations
-//     printed); both endpoints must obey the near-square rule |l/m - 1| <= 0.4.
+//     two-segment vs uniform narrow (l = 3/4 of the reference's), uniform wide (3/2), the
+//     swapped and reversed placements and the boundary moved by one, each layer cost-matched to the reference (P, C, V,
+//     Q deviations printed); both endpoints must obey the near-square rule |l/m - 1| <= 0.4.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -129,16 +129,21 @@ ReproResult latent_repro(ReproArgs args, int64_t multiple) {
   const auto sw = solve_constant_cost(d, ref, wide, multiple);
   require_near_square(sn.rounded, "narrow");
   require_near_square(sw.rounded, "wide");
-  auto place = [&](bool narrow_first) {
+  auto narrow_in = [&](int64_t begin, int64_t end) {  // blocks [begin, end) narrow, the others wide
     std::vector<MoELayerShape> v;
-    for (int64_t i = 0; i < L; ++i) v.push_back((i < split) == narrow_first ? sn.rounded : sw.rounded);
+    for (int64_t i = 0; i < L; ++i) v.push_back(i >= begin && i < end ? sn.rounded : sw.rounded);
     return format_latent_shapes(v);
   };
   const double dev = std::max(sn.max_abs_deviation(), sw.max_abs_deviation());
-  std::vector<Arm> alloc = {{"two_segment", place(true), dev, {}},
+  // the paper's controls: uniform endpoints; the fixed split with the regimes swapped; the same
+  // count of narrow blocks at the end (order reversed); the boundary moved by one either way
+  std::vector<Arm> alloc = {{"two_segment", narrow_in(0, split), dev, {}},
                             {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation(), {}},
                             {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation(), {}},
-                            {"swapped", place(false), dev, {}}};
+                            {"swapped", narrow_in(split, L), dev, {}}};
+  if (L - split != split) alloc.push_back({"reversed", narrow_in(L - split, L), dev, {}});
+  if (split - 1 >= 1) alloc.push_back({"boundary_minus_1", narrow_in(0, split - 1), dev, {}});
+  if (split + 1 <= L - 1) alloc.push_back({"boundary_plus_1", narrow_in(0, split + 1), dev, {}});
   train_arms(alloc, base, seeds);
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60;
 
@@ -206,6 +211,10 @@ ReproResult latent_repro(ReproArgs args, int64_t multiple) {
             loss(alloc, "uniform_wide"), loss(alloc, "two_segment"));
   direction("two-segment beats the swapped placement (val loss, swapped - two_segment)", loss(alloc, "swapped"),
             loss(alloc, "two_segment"));
+  for (const auto& a : alloc)
+    if (a.name == "reversed" || a.name.rfind("boundary_", 0) == 0)
+      direction("two-segment beats the " + a.name + " control (val loss, " + a.name + " - two_segment)", a.outcome.loss,
+                loss(alloc, "two_segment"));
   for (std::string uniform : {"uniform_narrow", "uniform_wide"})
     direction("the swapped placement is worse than " + uniform + " (val loss, swapped - " + uniform + ")",
               loss(alloc, "swapped"), loss(alloc, uniform));
