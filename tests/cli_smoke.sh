@@ -181,6 +181,17 @@ expect_ok "rank/q" -- "$MF" jacobian runs/latent --samples 8
   --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro_latent.txt 2>&1 || { cat repro_latent.txt; fail "repro latent --quick"; }
 grep -q "two_segment" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
+# the main sweep holds each layer's cost (ms keeps Q): parameters within rounding; the fixed-ms control does not
+python3 - repro_latent/results.md <<'PY' || fail "repro latent: the shape sweep is not cost-matched"
+import re, sys
+text = open(sys.argv[1]).read()
+main, rest = text.split("Appendix control", 1)
+main = main.split("## (1)", 1)[1]
+params = lambda t: [float(x) for x in re.findall(r"\| ([0-9.]+) M / ", t.split("## (2)")[0])]
+m, f = params(main), params(rest)
+assert len(m) >= 3 and max(m) / min(m) < 1.05, m
+assert max(f) / min(f) > 1.1, f
+PY
 # Vision: a tiny ViT on Fashion-MNIST (dense, then top-2 MoE in alternate blocks); eval writes
 # accuracy, per-class accuracy and a confusion SVG; info knows the task
 VIT=(--set model.d_model=16 --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2
