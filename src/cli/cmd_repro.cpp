@@ -67,7 +67,7 @@ void register_repro_commands(CLI::App& app) {
       "latent",
       "LatentMoE in miniature: shape sweep at fixed l*m and layer cost (U shape; fixed-ms control) and the "
       "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
-  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}};
+  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}, 3};
   static int64_t multiple = 8;
   add_repro_options(lt, latent_args);
   lt->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
