@@ -28,6 +28,16 @@ expect_fail() {  # expect_fail CODE PATTERN -- command...
   grep -q -- "$pattern" <<<"$out" || fail "expected '$pattern' in output of: $* -- $out"
 }
 
+# a reproduction's results.md ends with its limits, carrying the corpus's unigram entropy, after the report link
+closes_with_limits() {
+  python3 - "$1" <<'PY' || fail "$1 does not end with what the miniature can and cannot show"
+import sys
+text = open(sys.argv[1]).read()
+head, sep, limits = text.rpartition("\n## What this miniature can and cannot show\n")
+assert sep and "[report.html]" in head and "##" not in limits and "unigram entropy (" in limits, limits
+PY
+}
+
 cp "$SRC/tests/fixtures/tiny.toml" tiny.toml  # the tiny LM every CLI test uses (also tests/dist)
 
 expect_ok "moeforge" -- "$MF" --version
@@ -162,9 +172,10 @@ expect_fail 1 "needs private experts" -- "$MF" probe runs/pool --windows 2 --mod
 expect_exact_resume pool "${POOL[@]}"
 expect_fail 2 "model.moe.unipool.groups" -- "$MF" train tiny.toml "${POOL[@]}" --set model.moe.unipool.groups=2 --set model.n_layers=3
 "$MF" repro unipool --quick --no-probe --config "$SRC/configs/repro/unipool.toml" --out repro \
-  --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
+  --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro.txt 2>&1 || { cat repro.txt; fail "repro --quick"; }
 grep -q "full UniPool" repro/results.md && [ -s repro/unipool_heatmap.svg ] || fail "repro results"
+closes_with_limits repro/results.md
 # LatentMoE: heterogeneous per-layer latent shapes, shape tools, ID profile + allocation, Jacobian rank
 LAT=(--set model.ffn=moe --set "model.moe.latent.shapes=16,8,4,2,24; 8,16,6,1,0")
 "$MF" train tiny.toml "${LAT[@]}" --set run.name=latent > /dev/null 2>&1 || fail "latent train"
@@ -178,9 +189,10 @@ expect_ok "block 1" -- "$MF" id runs/latent --collect 400 --keep 200 --out lat_i
 grep -q "<polyline" lat_id.svg && grep -q '"two_segment_split"' lat_id.json || fail "id outputs"
 expect_ok "rank/q" -- "$MF" jacobian runs/latent --samples 8
 "$MF" repro latent --quick --config "$SRC/configs/repro/latent.toml" --out repro_latent \
-  --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
+  --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro_latent.txt 2>&1 || { cat repro_latent.txt; fail "repro latent --quick"; }
 grep -q "two_segment" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
+closes_with_limits repro_latent/results.md
 # the main sweep holds each layer's cost (ms keeps Q): parameters within rounding; the fixed-ms control does not
 python3 - repro_latent/results.md <<'PY' || fail "repro latent: the shape sweep is not cost-matched"
 import re, sys

@@ -35,10 +35,12 @@ void write_results(ReproResult r) {
   if (!variant_runs().empty()) {  // every run of the reproduction on one page, linked from results.md
     write_report(variant_runs(), (fs::path(r.out_dir) / "report.html").string(),
                  "moeforge report: " + fs::path(r.out_dir).filename().string() + " reproduction");
-    r.markdown += fmt::format(
+    const auto link = fmt::format(
         "\nEvery run of this reproduction (curves, routing, usage): [report.html](report.html) "
         "(`moeforge report {} ...`).\n",
         variant_runs().front());
+    const auto limits = r.markdown.find("\n## What this miniature can and cannot show");  // stays last
+    r.markdown.insert(limits == std::string::npos ? r.markdown.size() : limits, link);
   }
   write_file_atomic((fs::path(r.out_dir) / "results.md").string(), r.markdown);
   write_file_atomic((fs::path(r.out_dir) / "results.json").string(), r.json.dump(2) + "\n");

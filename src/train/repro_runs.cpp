@@ -54,6 +54,23 @@ double run_seconds(const std::string& run_dir) {
   return nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("elapsed_s", 0.0);
 }
 
+std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir) {
+  const double unigram = nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("unigram_entropy_nats", 0.0);
+  const auto [lo, hi] = std::minmax_element(losses.begin(), losses.end());
+  if (lo == losses.end() || unigram <= 0) return "The runs' distance from the initial plateau is unknown.";
+  const auto range = fmt::format("The runs end at {:.2f}-{:.2f} nats", *lo, *hi);
+  const auto plateau = fmt::format(
+      "the corpus's unigram entropy ({:.2f} nats, the loss of predicting token "
+      "frequencies alone, the initial plateau)",
+      unigram);
+  if (*hi < unigram)
+    return fmt::format("{}, {:.2f}-{:.2f} below {}: past the plateau, but still early in training.", range,
+                       unigram - *hi, unigram - *lo, plateau);
+  if (*lo >= unigram)
+    return fmt::format("{}, not below {}: still on the plateau, so differences say little.", range, plateau);
+  return fmt::format("{}, on both sides of {}: some arms have not left the plateau.", range, plateau);
+}
+
 PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
   const size_t n = std::min(a.size(), b.size());
   PairedDifference d;

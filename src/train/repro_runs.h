@@ -30,6 +30,10 @@ std::vector<std::string>& variant_runs();
 void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const std::string& name);
 // A finished run's training seconds from its summary.json (so reused runs count too).
 double run_seconds(const std::string& run_dir);
+// Where the arms' final losses `losses` stand against the corpus's unigram entropy (the loss of
+// predicting token frequencies alone, the initial plateau), read from `run_dir`'s summary: one
+// sentence for a results.md's "what this miniature can and cannot show".
+std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir);
 
 // Mean and standard error of the per-seed differences a[s] - b[s] (paired by seed), and what
 // they say about a direction that expects the difference to be positive (want_positive) or

@@ -173,6 +173,20 @@ ReproResult unipool_repro(ReproArgs args, bool g2, bool probe) {
           probe_md;
     js["probe"] = probe_json;
   }
+  std::vector<double> losses;
+  for (auto& [name, o] : res) losses.insert(losses.end(), o.loss.begin(), o.loss.end());
+  md += fmt::format(
+      "\n## What this miniature can and cannot show\n\n"
+      "- It can show whether, at equal data, tokens, optimizer and stored expert parameters, one pool shared by the "
+      "layers and NormRouter change validation loss beyond the seed-to-seed noise, and whether a change survives the "
+      "gate-scale controls (softmax × a learnable scale; the sigmoid router without aux loss).\n"
+      "- It cannot show the paper's claims at the paper's scale: here {} MoE layers, d = {}, {} steps × {} tokens of "
+      "one small corpus. {} A difference here may be one of optimisation speed rather than of the loss a longer run "
+      "reaches.\n"
+      "- With {} seed{}, a difference within two standard errors is \"not resolved\", which is not evidence of no "
+      "effect. Dead experts and heatmaps come from seed 0 only; the probe randomizes one deep-half layer at a time.\n",
+      L, base.model.d_model, base.train.steps, base.train.batch_size * base.train.seq_len,
+      loss_against_unigram(losses, first_run["vanilla"]), seeds, seeds == 1 ? "" : "s");
   return {out, md, js};
 }
 
