@@ -63,12 +63,16 @@ std::string loss_against_unigram(const std::vector<double>& losses, const std::s
       "the corpus's unigram entropy ({:.2f} nats, the loss of predicting token "
       "frequencies alone, the initial plateau)",
       unigram);
-  if (*hi < unigram)
-    return fmt::format("{}, {:.2f}-{:.2f} below {}: past the plateau, but still early in training.", range,
-                       unigram - *hi, unigram - *lo, plateau);
+  const auto near = std::count_if(losses.begin(), losses.end(), [&](double l) { return l > unigram - 0.1; });
   if (*lo >= unigram)
     return fmt::format("{}, not below {}: still on the plateau, so differences say little.", range, plateau);
-  return fmt::format("{}, on both sides of {}: some arms have not left the plateau.", range, plateau);
+  if (near == 0)
+    return fmt::format("{}, {:.2f}-{:.2f} below {}: past the plateau, but still early in training.", range,
+                       unigram - *hi, unigram - *lo, plateau);
+  return fmt::format(
+      "{}, against {}; {} of {} runs end less than 0.1 nats below it or above: they have barely left the plateau, so "
+      "the spread between seeds is partly a matter of when a run leaves it.",
+      range, plateau, near, losses.size());
 }
 
 PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
