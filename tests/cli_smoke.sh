@@ -211,6 +211,7 @@ VIT=(--set model.d_model=16 --set model.n_layers=2 --set model.n_heads=2 --set m
      --set train.threads=1 --set eval.every=0 --set data.val_images=500)
 expect_ok "accuracy" -- "$MF" train "$SRC/configs/vit-fmnist.toml" "${VIT[@]}" --set run.name=vit
 expect_ok "Ankle boot" -- "$MF" eval runs/vit --split test
+expect_ok "mirror image" -- "$MF" eval runs/vit --split val --flip-average on
 grep -q "<rect" runs/vit/checkpoints/step_00000006/confusion_test.svg || fail "confusion matrix picture"
 expect_ok '"task": "classify"' -- "$MF" info runs/vit --json
 "$MF" train "$SRC/configs/vit-fmnist-moe.toml" "${VIT[@]}" --set model.moe.expert_hidden=12 --set run.name=vit_moe \

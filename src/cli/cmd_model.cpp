@@ -43,7 +43,13 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 }
 
 // The logits and predicted classes of a classifier on the images of a gzip IDX file.
-void dump_classifier_logits(const std::string& ckpt, const std::string& images_path, const std::string& out) {
+// "on" / "off" override the checkpoint config's eval.flip_average; "" keeps it
+bool flip_average(const LoadedClassifier& l, const std::string& choice) {
+  return choice.empty() ? l.cfg.eval.flip_average : choice == "on";
+}
+
+void dump_classifier_logits(const std::string& ckpt, const std::string& images_path, const std::string& out,
+                            const std::string& flip) {
   auto l = load_classifier(ckpt);
   ImageDataset data(l.cfg.data.images_dir, l.cfg.data.val_images);  // normalisation statistics
   auto images = read_idx_gz(images_path, 3);
@@ -52,7 +58,7 @@ void dump_classifier_logits(const std::string& ckpt, const std::string& images_p
                                          images.size(2), l.cfg.model.image_size, l.cfg.model.image_size));
   torch::NoGradGuard g;
   l.model->eval();
-  auto logits = l.model->forward(data.normalize(images));
+  auto logits = classify_logits(*l.model, data.normalize(images), flip_average(l, flip));
   auto predicted = logits.argmax(-1);
   save_safetensors(out, {{"logits", logits}, {"predicted", predicted}});
   const auto& names = ImageDataset::class_names();
@@ -65,16 +71,20 @@ void dump_classifier_logits(const std::string& ckpt, const std::string& images_p
 }
 
 // Loss, accuracy, per-class accuracy and a confusion-matrix SVG of an image classifier.
-void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& split, const std::string& out) {
+void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& split, const std::string& out,
+                                    const std::string& flip) {
   auto l = load_classifier(ckpt);
   ImageDataset data(l.cfg.data.images_dir, l.cfg.data.val_images);
-  auto r = evaluate_classifier(*l.model, data, split, 0, 256);
+  const bool mirrored = flip_average(l, flip);
+  auto r = evaluate_classifier(*l.model, data, split, 0, 256, mirrored);
   const int64_t K = l.cfg.model.num_classes;
   std::vector<std::vector<double>> confusion(K, std::vector<double>(K, 0));
   for (size_t i = 0; i < r.labels.size(); ++i) confusion[r.labels[i]][r.predictions[i]] += 1;
   const auto& names = ImageDataset::class_names();
-  std::cout << fmt::format("{} split: {} images, loss {:.4f}, accuracy {:.2f} %\n\n{:<12} {:>8} {:>9}\n", split,
-                           r.count, r.loss, 100 * r.accuracy, "class", "images", "accuracy");
+  std::cout << fmt::format("{} split: {} images, loss {:.4f}, accuracy {:.2f} %{}\n\n{:<12} {:>8} {:>9}\n", split,
+                           r.count, r.loss, 100 * r.accuracy,
+                           mirrored ? " (logits averaged with each image's mirror image)" : "", "class", "images",
+                           "accuracy");
   HeatmapOptions h;
   for (int64_t k = 0; k < K; ++k) {
     double n = 0;
@@ -122,12 +132,17 @@ void register_model_commands(CLI::App& app) {
   ev->add_option("--threads", threads, "intra-op threads (0 = default)");
   ev->add_option("--confusion", confusion_out,
                  "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
+  static std::string flip;
+  ev->add_option("--flip-average", flip,
+                 "classifier: on = predict from the mean logits of each image and its horizontal mirror image, "
+                 "off = from the image alone (default: the checkpoint config's eval.flip_average)")
+      ->check(CLI::IsMember({"on", "off"}));
   ev->callback([] {
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
     if (checkpoint_config(ckpt).model.task == "classify") {
-      if (dump_path.empty()) return evaluate_classifier_checkpoint(ckpt, split, confusion_out);
+      if (dump_path.empty()) return evaluate_classifier_checkpoint(ckpt, split, confusion_out, flip);
       if (images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
-      return dump_classifier_logits(ckpt, images_path, dump_path);
+      return dump_classifier_logits(ckpt, images_path, dump_path, flip);
     }
     if (!dump_path.empty()) {
       auto l = load_model(ckpt);

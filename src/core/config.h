@@ -184,6 +184,7 @@ struct EvalConfig {
   int64_t every = 250;
   int64_t windows = 32;  // per domain
   int64_t batch_size = 16;
+  bool flip_average = false;  // classifier: mean logits of each image and its mirror image
 };
 
 struct SampleConfig {

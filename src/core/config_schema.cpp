@@ -166,6 +166,10 @@ std::vector<KeySpec> build_schema() {
       key("eval.every", &C::eval, &EvalConfig::every, "steps between validation passes (0 = only at the end)", 0, 1e12),
       key("eval.windows", &C::eval, &EvalConfig::windows, "fixed validation windows per domain", 1, 1e5),
       key("eval.batch_size", &C::eval, &EvalConfig::batch_size, "windows per evaluation batch", 1, 1e6),
+      key("eval.flip_average", &C::eval, &EvalConfig::flip_average,
+          "classifier: predict from the mean of the logits of each image and of its horizontal mirror image "
+          "(test-time augmentation for a model trained with flips; two forward passes); applies to the "
+          "validation passes, `eval` and `eval --dump-logits`"),
 
       key("sample.prompt", &C::sample, &SampleConfig::prompt, "prompt of the text sample printed after training"),
       key("sample.max_tokens", &C::sample, &SampleConfig::max_tokens, "tokens to generate", 0, 1e6),

@@ -58,8 +58,7 @@ const std::vector<std::string>& ImageDataset::class_names() {
 ImageSampler::ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad, double erase)
     : data_(data), seed_(seed), augment_(augment), pad_(pad), erase_(erase) {}
 
-void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
-  const int64_t H = image_HW.size(0), W = image_HW.size(1);
+std::optional<Rectangle> draw_erase_rectangle(int64_t H, int64_t W, SplitMix64& rng) {
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double area = (0.02 + 0.38 * rng.uniform()) * static_cast<double>(H * W);
     const double aspect = std::exp(std::log(0.3) + (std::log(1 / 0.3) - std::log(0.3)) * rng.uniform());
@@ -68,35 +67,54 @@ void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
     if (h < 1 || w < 1 || h > H || w > W) continue;
     const auto y = static_cast<int64_t>(rng.below(static_cast<uint64_t>(H - h + 1)));
     const auto x = static_cast<int64_t>(rng.below(static_cast<uint64_t>(W - w + 1)));
+    return Rectangle{y, x, h, w};
+  }
+  return std::nullopt;
+}
+
+void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
+  if (auto r = draw_erase_rectangle(image_HW.size(0), image_HW.size(1), rng)) {
     image_HW = image_HW.clone();
-    image_HW.narrow(0, y, h).narrow(1, x, w).fill_(fill);
-    return;
+    image_HW.narrow(0, r->y, r->h).narrow(1, r->x, r->w).fill_(fill);
   }
 }
 
+// Each image is written straight into the uint8 batch: a per-image tensor op costs more than the
+// 784 pixels it moves, and the batch is on every training step's path.
 ImageBatch ImageSampler::sample(int64_t step, int64_t micro, int64_t batch_size) const {
   const auto& train = data_.split("train");
   const int64_t n = train.images.size(0), H = train.images.size(1), W = train.images.size(2);
+  const auto source = train.images.contiguous();
+  const uint8_t* pixels = source.data_ptr<uint8_t>();
+  auto batch_BHW = at::empty({batch_size, H, W}, source.options());
+  uint8_t* out = batch_BHW.data_ptr<uint8_t>();
+  const auto fill = static_cast<uint8_t>(std::lround(data_.mean * 255));
   SplitMix64 rng(mix_seed(seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(micro)));
-  std::vector<at::Tensor> images;
   std::vector<int64_t> index;
   for (int64_t b = 0; b < batch_size; ++b) {
     const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
     index.push_back(i);
-    auto img = train.images[i];
-    if (augment_) {
-      const auto dy = static_cast<int64_t>(rng.below(2 * pad_ + 1));
-      const auto dx = static_cast<int64_t>(rng.below(2 * pad_ + 1));
-      const bool flip = rng.below(2) == 1;
-      img = at::constant_pad_nd(img, {pad_, pad_, pad_, pad_}, 0).narrow(0, dy, H).narrow(1, dx, W);
-      if (flip) img = img.flip({1});
-      if (erase_ > 0 && rng.uniform() < erase_)
-        erase_rectangle(img, rng, static_cast<uint8_t>(std::lround(data_.mean * 255)));
+    const uint8_t* image = pixels + i * H * W;
+    uint8_t* dst = out + b * H * W;
+    if (!augment_) {
+      std::copy(image, image + H * W, dst);
+      continue;
     }
-    images.push_back(img);
+    // the crop at (dy, dx) of the image zero-padded by pad_, then mirrored with probability 1/2
+    const auto dy = static_cast<int64_t>(rng.below(2 * pad_ + 1)) - pad_;
+    const auto dx = static_cast<int64_t>(rng.below(2 * pad_ + 1)) - pad_;
+    const bool flip = rng.below(2) == 1;
+    for (int64_t r = 0; r < H; ++r)
+      for (int64_t c = 0; c < W; ++c) {
+        const int64_t y = r + dy, x = (flip ? W - 1 - c : c) + dx;
+        dst[r * W + c] = y >= 0 && y < H && x >= 0 && x < W ? image[y * W + x] : 0;
+      }
+    if (erase_ > 0 && rng.uniform() < erase_)
+      if (auto e = draw_erase_rectangle(H, W, rng))
+        for (int64_t r = e->y; r < e->y + e->h; ++r) std::fill_n(dst + r * W + e->x, e->w, fill);
   }
   auto labels = train.labels.index_select(0, at::tensor(index, at::kLong));
-  return {data_.normalize(at::stack(images)), labels};
+  return {data_.normalize(batch_BHW), labels};
 }
 
 ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ class ImageSampler {
 // fraction U(0.02, 0.4) and aspect ratio log-uniform in [0.3, 1/0.3], retried until it fits,
 // set to `fill`. Draws from `rng` only.
 void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill);
+struct Rectangle {
+  int64_t y, x, h, w;  // top row, left column, height, width
+};
+// the rectangle erase_rectangle fills (none after 10 draws that do not fit)
+std::optional<Rectangle> draw_erase_rectangle(int64_t H, int64_t W, SplitMix64& rng);
 
 // Images [begin, begin + count) of a split, unaugmented (evaluation).
 ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count);

@@ -106,6 +106,16 @@ std::vector<std::shared_ptr<FeedForward>> VisionTransformerImpl::feed_forwards()
   return out;
 }
 
+torch::Tensor classify_logits(VisionTransformerImpl& model, const torch::Tensor& images, bool flip_average,
+                              const std::function<void()>& after_forward) {
+  auto logits = model.forward(images);
+  if (after_forward) after_forward();
+  if (!flip_average) return logits;
+  auto mirrored = model.forward(images.flip({-1}));
+  if (after_forward) after_forward();
+  return (logits + mirrored) * 0.5;
+}
+
 torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smoothing) {
   auto l = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
   return torch::nn::functional::cross_entropy(

@@ -6,6 +6,7 @@
 // norm, head.
 #pragma once
 #include <torch/nn/modules/container/modulelist.h>
+#include <functional>
 
 #include "model/layers.h"
 #include "model/params.h"
@@ -88,6 +89,11 @@ class VisionTransformerImpl : public torch::nn::Module, public DeclaresParamRole
   ModelConfig cfg_;
 };
 TORCH_MODULE(VisionTransformer);
+
+// logits [B, classes] of images [B, C, H, W]; with flip_average the mean of the logits of the images and of
+// their horizontal mirror images. `after_forward` runs after each forward pass.
+torch::Tensor classify_logits(VisionTransformerImpl& model, const torch::Tensor& images, bool flip_average,
+                              const std::function<void()>& after_forward = {});
 
 // mean cross entropy in float32 (float64 stays float64); logits [B, classes], labels [B]
 torch::Tensor classify_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smoothing = 0);

@@ -32,8 +32,9 @@ Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const s
         std::make_shared<ImageDataset>(data_dir.empty() ? e.cfg.data.images_dir : data_dir, e.cfg.data.val_images);
     e.ffns = model->feed_forwards();
     const int64_t images = windows > 0 ? windows * 16 : 0;
-    e.evaluate = [model, data, images](const std::string& split, const std::function<void()>& after_batch) {
-      auto r = evaluate_classifier(*model, *data, split, images, 256, after_batch);
+    const bool flip = e.cfg.eval.flip_average;
+    e.evaluate = [model, data, images, flip](const std::string& split, const std::function<void()>& after_batch) {
+      auto r = evaluate_classifier(*model, *data, split, images, 256, flip, after_batch);
       return std::vector<DomainLoss>{DomainLoss{"images", r.loss, r.count}};
     };
     return e;

@@ -61,7 +61,7 @@ std::vector<DomainLoss> evaluate_streams(TransformerLM& model,
 
 ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const ImageDataset& data,
                                          const std::string& split, int64_t images, int64_t batch_size,
-                                         const std::function<void()>& after_batch) {
+                                         bool flip_average, const std::function<void()>& after_batch) {
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -72,8 +72,7 @@ ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const Ima
   int64_t correct = 0;
   for (int64_t b = 0; b < r.count; b += batch_size) {
     auto batch = image_range(data, split, b, std::min(batch_size, r.count - b));
-    auto logits = model.forward(batch.images);
-    if (after_batch) after_batch();
+    auto logits = classify_logits(model, batch.images, flip_average, after_batch);
     const auto m = batch.labels.size(0);
     loss_sum += classify_loss(logits, batch.labels).item<double>() * static_cast<double>(m);
     auto pred = logits.argmax(-1);

@@ -33,9 +33,11 @@ struct ClassifierEvaluation {
 };
 class ImageDataset;
 class VisionTransformerImpl;
-// The first `images` images of `split` (all of them when images <= 0 or larger than the split).
+// The first `images` images of `split` (all of them when images <= 0 or larger than the split);
+// flip_average: predict from the mean logits of each image and its mirror image (`after_batch` then
+// runs after each of the two forward passes).
 ClassifierEvaluation evaluate_classifier(VisionTransformerImpl& model, const ImageDataset& data,
                                          const std::string& split, int64_t images, int64_t batch_size,
-                                         const std::function<void()>& after_batch = {});
+                                         bool flip_average = false, const std::function<void()>& after_batch = {});
 
 }  // namespace mf

@@ -73,7 +73,8 @@ class ClassifyTask : public ModelTask<VisionTransformer> {
     return classify_loss(model_->forward(batch.images, aux), batch.labels, cfg_.train.label_smoothing);
   }
   Evaluation evaluate(const std::string& split) override {
-    auto r = evaluate_classifier(*model_, data_, split, 0, cfg_.eval.batch_size);  // the whole split
+    auto r =
+        evaluate_classifier(*model_, data_, split, 0, cfg_.eval.batch_size, cfg_.eval.flip_average);  // the whole split
     Evaluation e;
     e.losses.push_back({"images", r.loss, r.count});
     e.metrics["accuracy"] = r.accuracy;

@@ -285,6 +285,31 @@ TEST(Images, AugmentationShiftsByAtMostThePaddingAndFlips) {
   fs::remove_all(dir);
 }
 
+// The sampler writes pixels by hand; this is the same batch from tensor operations: zero
+// padding, a crop, a flip, erase_rectangle, with the draws in the sampler's order.
+TEST(Images, SamplerEqualsTheTensorOpReference) {
+  ImageDataset data("/usr/share/datasets/fashion-mnist", 5000);
+  const auto& train = data.split("train");
+  for (const int64_t pad : {0, 2}) {
+    ImageSampler sampler(data, 11, /*augment=*/true, pad, /*erase=*/0.5);
+    for (int64_t step : {0, 5}) {
+      SplitMix64 rng(mix_seed(11, static_cast<uint64_t>(step), 1));
+      std::vector<at::Tensor> images;
+      for (int64_t b = 0; b < 32; ++b) {
+        auto img = train.images[static_cast<int64_t>(rng.below(static_cast<uint64_t>(train.images.size(0))))];
+        const auto dy = static_cast<int64_t>(rng.below(2 * pad + 1));
+        const auto dx = static_cast<int64_t>(rng.below(2 * pad + 1));
+        img = torch::constant_pad_nd(img, {pad, pad, pad, pad}, 0).narrow(0, dy, 28).narrow(1, dx, 28);
+        if (rng.below(2) == 1) img = img.flip({1});
+        if (rng.uniform() < 0.5) erase_rectangle(img, rng, static_cast<uint8_t>(std::lround(data.mean * 255)));
+        images.push_back(img);
+      }
+      EXPECT_TRUE(torch::equal(sampler.sample(step, 1, 32).images, data.normalize(torch::stack(images))))
+          << "pad " << pad << " step " << step;
+    }
+  }
+}
+
 TEST(Images, RandomErasingSetsOneRectangleOfTheDocumentedSize) {
   std::set<int64_t> areas;
   for (uint64_t seed = 0; seed < 200; ++seed) {

@@ -469,6 +469,27 @@ TEST(ViT, EveryFfnKindBuildsAndTrainsOneStep) {
   }
 }
 
+TEST(ViT, FlipAverageIsTheMeanOverTheMirrorImageAndMirrorInvariant) {
+  torch::manual_seed(6);
+  auto c = tiny_vit();
+  c.stem_channels = 2;
+  VisionTransformer m(c);
+  m->to(torch::kFloat64);
+  m->init_weights(7);
+  m->eval();
+  torch::NoGradGuard g;
+  auto images = torch::randn({3, 1, 8, 8}, torch::kFloat64);
+  auto mirror = images.flip({3});  // columns reversed: x'[.., i, j] = x[.., i, W - 1 - j]
+  int forwards = 0;
+  auto averaged = classify_logits(*m, images, true, [&] { ++forwards; });
+  EXPECT_EQ(forwards, 2);
+  EXPECT_TRUE(torch::allclose(averaged, (m->forward(images) + m->forward(mirror)) / 2, 1e-12, 1e-12));
+  // a prediction that cannot tell an image from its mirror image, unlike the plain forward
+  EXPECT_TRUE(torch::allclose(classify_logits(*m, mirror, true), averaged, 1e-12, 1e-12));
+  EXPECT_GT((m->forward(mirror) - m->forward(images)).abs().max().item<double>(), 1e-6);
+  EXPECT_TRUE(torch::equal(classify_logits(*m, images, false), m->forward(images)));
+}
+
 TEST(ViT, LabelSmoothingLossByHand) {
   // p = softmax(ln 3, 0) = (0.75, 0.25); label 0 with eps = 0.2: targets (0.9, 0.1)
   auto logits = torch::tensor({{std::log(3.0), 0.0}}, torch::kFloat64);

@@ -94,7 +94,7 @@ Measured measure(const std::string& dir, const std::vector<int64_t>& layers, int
     std::vector<std::shared_ptr<FeedForward>*> slots;
     for (auto i : layers) slots.push_back(&l.model->blocks[static_cast<size_t>(i)]->mlp);
     moe = moe_layers(time_slots(slots, &seconds));
-    auto ev = evaluate_classifier(*l.model, data, "test", items, 500, after_batch);
+    auto ev = evaluate_classifier(*l.model, data, "test", items, 500, false, after_batch);
     r.accuracy = ev.accuracy, r.loss = ev.loss, count = static_cast<double>(ev.count) / 1000;
   } else {
     auto l = load_model(dir);
