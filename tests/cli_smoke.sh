@@ -55,6 +55,11 @@ for f in config.toml metrics.jsonl summary.json loss.svg; do [ -s runs/smoke/$f 
 grep -q '"val_loss"' runs/smoke/metrics.jsonl || fail "no validation lines in metrics"
 grep -q "perplexity" train.txt || fail "no summary table"
 grep -q "sample:" train.txt || fail "no text sample"
+# OpenBLAS runs the kernels this CPU supports, not the Prescott fallback of a generic CPUID model
+if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
+  ! grep -q "not OpenBLAS" runs/smoke/environment.json; then
+  grep -q "OpenBLAS kernels: SkylakeX" runs/smoke/environment.json || fail "OpenBLAS kernels in environment.json"
+fi
 CK=$(ls -d runs/smoke/checkpoints/step_* | tail -1)
 [ -s "$CK/model.safetensors" ] && [ -s "$CK/optimizer.safetensors" ] && [ -s "$CK/tokenizer.model" ] || fail "checkpoint files"
 

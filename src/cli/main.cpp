@@ -10,7 +10,7 @@
 #include "methods/methods.h"
 
 int main(int argc, char** argv) {
-  mf::ensure_passive_openmp(argv);
+  mf::tune_process_environment(argv);
   mf::tune_allocator();
   mf::register_builtin_methods();
   CLI::App app{

@@ -6,8 +6,8 @@
 namespace mf::cli {
 
 // `python3 SCRIPT ARGS`; its last output line is JSON. default_env: run it as a user's shell
-// would, without the OMP_WAIT_POLICY=PASSIVE that moeforge sets for itself (children inherit
-// it). A missing script or a failure becomes {"skipped": why}.
+// would, without the OMP_WAIT_POLICY and OPENBLAS_CORETYPE that moeforge sets for itself
+// (children inherit them). A missing script or a failure becomes {"skipped": why}.
 nlohmann::json run_peer(const std::string& script, const std::string& args, bool default_env);
 
 }  // namespace mf::cli

@@ -1,6 +1,7 @@
 #include "core/runtime.h"
 
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -29,16 +30,38 @@ void streaming_allocator() {
   g_allocator_tuned = false;
 }
 
-void ensure_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;  // the user's choice wins
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
+std::string openblas_coretype(bool avx512, bool avx2_fma) {
+  if (avx512) return "SkylakeX";
+  if (avx2_fma) return "Haswell";
+  return "";
+}
+
+void tune_process_environment(char** argv) {
+  bool changed = false;
+  auto set_unless_set = [&](const char* name, const std::string& value) {
+    if (value.empty() || std::getenv(name) != nullptr) return;
+    ::setenv(name, value.c_str(), 1);
+    changed = true;
+  };
+  set_unless_set("OMP_WAIT_POLICY", "PASSIVE");
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  set_unless_set("OPENBLAS_CORETYPE",
+                 openblas_coretype(avx512, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+#endif
+  if (changed) ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
 }
 
 std::string runtime_summary() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
-  return fmt::format("OMP_WAIT_POLICY={} | heap keeps large blocks: {}", wait ? wait : "(unset)",
-                     g_allocator_tuned ? "yes" : "no");
+  // OpenBLAS's own report of the kernels it runs, where OpenBLAS is the BLAS
+  using CoreName = char* (*)();
+  auto core = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return fmt::format("OMP_WAIT_POLICY={} | OpenBLAS kernels: {} | heap keeps large blocks: {}", wait ? wait : "(unset)",
+                     core ? core() : "(not OpenBLAS)", g_allocator_tuned ? "yes" : "no");
 }
 
 int64_t peak_rss_bytes() {

@@ -13,10 +13,19 @@ void tune_allocator();
 // (import, export): the kept blocks would otherwise add up to several gigabytes.
 void streaming_allocator();
 
-// OpenMP threads that spin after a parallel region steal the cores OpenBLAS's own
-// threads need. libgomp reads OMP_WAIT_POLICY only at load time, so when it is unset
-// this sets it to PASSIVE and re-executes the program (returns if it cannot).
-void ensure_passive_openmp(char** argv);
+// Environment variables that libraries read only when they load, so they are set before a
+// re-execution of the program (a variable the user set wins; returns if it cannot re-execute):
+// - OMP_WAIT_POLICY=PASSIVE: OpenMP threads that spin after a parallel region steal the cores
+//   OpenBLAS's own threads need.
+// - OPENBLAS_CORETYPE: OpenBLAS picks its kernels from the CPU model CPUID names; a hypervisor
+//   that reports a generic model (this project's VMs: "Intel Xeon Processor") gets the
+//   Prescott (SSE3) kernels, 4-5x slower matrix products than the AVX-512 ones the CPU runs
+//   (docs/benchmarks.md). The kernel family is named from the instruction sets instead.
+void tune_process_environment(char** argv);
+
+// The OpenBLAS kernel family for a CPU with these instruction sets: "SkylakeX" (AVX-512 F, CD,
+// BW, DQ, VL), "Haswell" (AVX2 and FMA), or "" (leave OpenBLAS's own choice).
+std::string openblas_coretype(bool avx512, bool avx2_fma);
 
 std::string runtime_summary();
 

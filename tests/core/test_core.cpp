@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/config.h"
+#include "core/runtime.h"
 #include "core/util.h"
 
 using namespace mf;
@@ -174,6 +175,12 @@ TEST(Util, AtomicWriteReplacesWhole) {
   for (auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "temp file left behind";
   std::filesystem::remove_all(dir);
+}
+
+TEST(Runtime, OpenBlasKernelsFollowTheInstructionSets) {
+  EXPECT_EQ(openblas_coretype(true, true), "SkylakeX");
+  EXPECT_EQ(openblas_coretype(false, true), "Haswell");
+  EXPECT_EQ(openblas_coretype(false, false), "");  // OpenBLAS's own detection stands
 }
 
 TEST(Util, FormatDuration) {
