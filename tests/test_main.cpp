@@ -6,6 +6,7 @@
 #include "methods/methods.h"
 
 int main(int argc, char** argv) {
+  mf::tune_process_environment(argv);  // the BLAS kernels and OpenMP waiting of the program itself
   mf::tune_allocator();
   mf::register_builtin_methods();
   ::testing::InitGoogleTest(&argc, argv);
