@@ -55,12 +55,25 @@ void tune_process_environment(char** argv) {
   if (changed) ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
 }
 
+// /proc/cpuinfo's first "model name" ("" where there is none)
+static std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto value =
+          line.find_first_not_of(" \t", line.find(':') == std::string::npos ? line.size() : line.find(':') + 1);
+      return value == std::string::npos ? "" : line.substr(value);
+    }
+  return "";
+}
+
 std::string runtime_summary() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   // OpenBLAS's own report of the kernels it runs, where OpenBLAS is the BLAS
   using CoreName = char* (*)();
   auto core = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  return fmt::format("OMP_WAIT_POLICY={} | OpenBLAS kernels: {} | heap keeps large blocks: {}", wait ? wait : "(unset)",
+  return fmt::format("CPU: {} | OMP_WAIT_POLICY={} | OpenBLAS kernels: {} | heap keeps large blocks: {}",
+                     cpu_model().empty() ? "(unknown)" : cpu_model(), wait ? wait : "(unset)",
                      core ? core() : "(not OpenBLAS)", g_allocator_tuned ? "yes" : "no");
 }
 
