@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   mf::tune_allocator();
   mf::register_builtin_methods();
   ::testing::InitGoogleTest(&argc, argv);
-  at::set_num_threads(1);  // ctest runs test processes in parallel
+  mf::set_compute_threads(1);  // ctest runs test processes in parallel
   mf::setup_logging(false);
   return RUN_ALL_TESTS();
 }

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/peer.h"
+#include "core/runtime.h"
 #include "core/timing.h"
 #include "core/util.h"
 #include "data/corpus.h"
@@ -52,7 +53,7 @@ void register_bench_commands(CLI::App& app) {
   moe->add_option("--peer", peer, "Python peer script ('' to skip)");
   moe->add_option("--json", json_out, "also write the results as JSON");
   moe->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     torch::manual_seed(0);
     std::vector<Shape> shapes;
     if (which == "coarse" || which == "all") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
@@ -125,7 +126,7 @@ void register_bench_commands(CLI::App& app) {
   unif->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   unif->add_option("--json", unif_json, "also write the results as JSON");
   unif->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     auto rows = bench_unif(uo);
     std::cout << fmt::format("{:>6} {:<6} {:>11} {:>11} {:>11} {:>10} {:>13}\n", "scale", "layer", "mean C_B",
                              "infer ms", "train ms", "vs top-2", "C_B / top-2");
@@ -176,7 +177,7 @@ void register_bench_commands(CLI::App& app) {
   intb->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   intb->add_option("--json", intb_json, "also write the results as JSON");
   intb->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     auto rows = bench_intb(io);
     const auto& first = rows.front();
     std::cout << fmt::format("{:>5} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>15}\n", "E", "cached ms", "uncached ms",
@@ -289,7 +290,7 @@ void register_bench_commands(CLI::App& app) {
   loss->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
   loss->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   loss->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     const auto rows = bench_lm_loss(loss_tokens, loss_d, loss_vocab, iters, loss_chunk);
     std::cout << fmt::format("{:<28} {:>10} {:>16} {:>12}\n", "loss", "ms", "peak MB (extra)", "loss value");
     for (const auto& r : rows)

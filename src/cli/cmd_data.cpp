@@ -37,7 +37,7 @@ std::string loaded_blas() {
 }
 
 void doctor(int64_t threads) {
-  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  if (threads > 0) set_compute_threads(static_cast<int>(threads));
   const double gflops = sgemm_gflops(2048);
   const std::string blas = loaded_blas();
   std::cout << fmt::format("moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s | {}\n",

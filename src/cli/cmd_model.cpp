@@ -138,7 +138,7 @@ void register_model_commands(CLI::App& app) {
                  "off = from the image alone (default: the checkpoint config's eval.flip_average)")
       ->check(CLI::IsMember({"on", "off"}));
   ev->callback([] {
-    if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    if (threads > 0) set_compute_threads(static_cast<int>(threads));
     if (checkpoint_config(ckpt).model.task == "classify") {
       if (dump_path.empty()) return evaluate_classifier_checkpoint(ckpt, split, confusion_out, flip);
       if (images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
@@ -181,7 +181,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--seed", so.seed, "sampling seed");
   gen->add_option("--threads", threads, "intra-op threads (0 = default)");
   gen->callback([] {
-    if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+    if (threads > 0) set_compute_threads(static_cast<int>(threads));
     auto l = load_model(ckpt);
     Tokenizer tok(l.tokenizer);
     so.stop_token = tok.eos_id();

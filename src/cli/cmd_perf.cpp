@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/peer.h"
+#include "core/runtime.h"
 #include "core/util.h"
 #include "serve/generate_bench.h"
 #include "serve/serve_bench.h"
@@ -33,7 +35,8 @@ void add_performance_benches(CLI::App* bench) {
   tr->add_option("--json", train_json, "also write the results as JSON");
   tr->callback([] {
     auto cfg = load_config(train_config);
-    at::set_num_threads(static_cast<int>(cfg.train.threads));
+    set_compute_threads(static_cast<int>(
+        threads_per_worker(cfg.train.threads, std::max(1u, std::thread::hardware_concurrency()), local_workers())));
     const auto r = bench_train(cfg, train_steps, train_warmup);
     const auto& m = r.config.model;
     const auto args = fmt::format(
@@ -88,7 +91,7 @@ void add_performance_benches(CLI::App* bench) {
   gen->add_option("--peer", gen_peer, "Python peer script ('' to skip)")->capture_default_str();
   gen->add_option("--json", gen_json, "also write the results as JSON");
   gen->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     const auto r = bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8});
     const auto& m = r.config.model;
     nlohmann::json peer = nlohmann::json{{"skipped", "--peer ''"}};
@@ -140,7 +143,7 @@ void add_performance_benches(CLI::App* bench) {
   sv->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   sv->add_option("--json", serve_json, "also write the results as JSON");
   sv->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     nlohmann::json js = nlohmann::json::array();
     std::cout << fmt::format("{:>7} {:>9} {:>8} {:>10} {:>9} {:>9} {:>14}\n", "clients", "requests", "tokens",
                              "tokens/s", "p50 ms", "p95 ms", "rows per step");
@@ -167,7 +170,7 @@ void add_performance_benches(CLI::App* bench) {
   kernels->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
   kernels->add_option("--json", kernels_json, "also write the results as JSON");
   kernels->callback([] {
-    at::set_num_threads(threads);
+    set_compute_threads(threads);
     nlohmann::json js = nlohmann::json::array();
     std::cout << fmt::format("{:<40} {:<34} {:>9} {:>12} {:>8} {:>10}\n", "kernel", "shape", "ours ms", "LibTorch ms",
                              "speed-up", "max |diff|");

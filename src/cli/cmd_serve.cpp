@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/runtime.h"
 #include "serve/server.h"
 
 namespace mf::cli {
@@ -38,7 +39,7 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--max-body", opt.max_body, "largest request body in bytes (larger: 413)")->capture_default_str();
   sv->add_option("--name", opt.model_name, "the model id in responses (default: the run name)");
   sv->callback([] {
-    if (threads > 0) at::set_num_threads(threads);
+    if (threads > 0) set_compute_threads(threads);
     CompletionServer server(load_model(ckpt), opt);
     std::cout << "listening on http://" << opt.host << ":" << server.port() << std::endl;
     serve_until_signal(server);

@@ -143,7 +143,10 @@ std::vector<KeySpec> build_schema() {
       key("train.beta2", &C::train, &TrainConfig::beta2, "AdamW beta2", 0, 1),
       key("train.adam_eps", &C::train, &TrainConfig::adam_eps, "AdamW epsilon", 0, 1),
       key("train.grad_clip", &C::train, &TrainConfig::grad_clip, "max global grad norm (0 = off)", 0, 1e9),
-      key("train.threads", &C::train, &TrainConfig::threads, "intra-op threads (0 = LibTorch default)", 0, 1024),
+      key("train.threads", &C::train, &TrainConfig::threads,
+          "intra-op threads per process (0 = the cores shared among this machine's workers: all of them in one "
+          "process, one each for `launch --nproc 2` on 2 cores)",
+          0, 1024),
       key("train.log_every", &C::train, &TrainConfig::log_every, "steps between metric lines", 1, 1e12),
       key("train.ckpt_every", &C::train, &TrainConfig::ckpt_every, "steps between checkpoints (0 = only at the end)", 0,
           1e12),

@@ -6,10 +6,12 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
+#include "core/simd.h"
 #include "core/timing.h"
 #include "core/util.h"
 
@@ -36,6 +38,52 @@ std::string openblas_coretype(bool avx512, bool avx2_fma) {
   return "";
 }
 
+static SimdLevel cpu_simd_level() {
+  SimdLevel cpu = SimdLevel::Base;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl")
+              ? SimdLevel::Avx512
+              : SimdLevel::Avx2;
+#endif
+  return cpu;
+}
+
+SimdLevel simd_level() {
+  static const SimdLevel level = [] {
+    const SimdLevel cpu = cpu_simd_level();
+    const char* cap = std::getenv("MOEFORGE_SIMD");  // base | avx2 | avx512: at most this level
+    if (!cap) return cpu;
+    const std::string want = cap;
+    const SimdLevel asked = want == "base" ? SimdLevel::Base : want == "avx2" ? SimdLevel::Avx2 : SimdLevel::Avx512;
+    return std::min(asked, cpu);
+  }();
+  return level;
+}
+
+int64_t threads_per_worker(int64_t requested, int64_t cores, int64_t local_workers) {
+  cores = std::max<int64_t>(cores, 1);
+  if (requested > 0) return std::min(requested, cores);
+  return std::max<int64_t>(cores / std::max<int64_t>(local_workers, 1), 1);
+}
+
+int64_t local_workers() {
+  const char* value = std::getenv("LOCAL_WORLD_SIZE");
+  if (!value) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  return (end != value && *end == '\0' && n > 0) ? n : 1;
+}
+
+void set_compute_threads(int threads) {
+  at::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+}
+
 void tune_process_environment(char** argv) {
   bool changed = false;
   auto set_unless_set = [&](const char* name, const std::string& value) {
@@ -44,14 +92,8 @@ void tune_process_environment(char** argv) {
     changed = true;
   };
   set_unless_set("OMP_WAIT_POLICY", "PASSIVE");
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
-  set_unless_set("OPENBLAS_CORETYPE",
-                 openblas_coretype(avx512, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
-#endif
+  const auto level = cpu_simd_level();
+  set_unless_set("OPENBLAS_CORETYPE", openblas_coretype(level == SimdLevel::Avx512, level != SimdLevel::Base));
   if (changed) ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
 }
 

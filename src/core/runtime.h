@@ -27,6 +27,16 @@ void tune_process_environment(char** argv);
 // BW, DQ, VL), "Haswell" (AVX2 and FMA), or "" (leave OpenBLAS's own choice).
 std::string openblas_coretype(bool avx512, bool avx2_fma);
 
+// Intra-op threads of one worker: `requested` capped at the machine's cores, or with 0 the cores
+// shared among the workers on this machine (LOCAL_WORLD_SIZE under `moeforge launch`): two
+// one-thread ranks train a small model ~1.6x faster than one two-thread process (docs/benchmarks.md).
+int64_t threads_per_worker(int64_t requested, int64_t cores, int64_t local_workers);
+int64_t local_workers();  // LOCAL_WORLD_SIZE, or 1
+// at::set_num_threads, and the same for OpenBLAS where it is the BLAS: Debian's pthread
+// OpenBLAS keeps its own pool of one thread per core otherwise, so two one-thread ranks ran
+// four BLAS threads on two cores (a quarter of the run time in the kernel, waking them).
+void set_compute_threads(int threads);
+
 std::string runtime_summary();
 
 // VmHWM of this process (0 where /proc is missing); reset_peak_rss() starts it again from

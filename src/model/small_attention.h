@@ -14,6 +14,10 @@ namespace mf {
 //   dQ_i = sum_j dS_ij k_j / sqrt(Dh),  dK_j = sum_i dS_ij q_i / sqrt(Dh)
 at::Tensor small_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal);
 
+// The same from the fused projection's output qkv [B, T, 3, H, Dh] (q, k, v = qkv[:, :, 0..2])
+// -> [B, T, H, Dh], read and written in place: no head transposes, one gradient tensor.
+at::Tensor small_attention_packed(const at::Tensor& qkv_BT3HDh, bool causal);
+
 // Where small_attention beats the bmm path: CPU tensors and short sequences.
 bool small_attention_applies(const at::Tensor& q, int64_t keys);
 

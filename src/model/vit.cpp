@@ -26,15 +26,13 @@ ViTAttentionImpl::ViTAttentionImpl(int64_t d, int64_t heads_) : heads(heads_) {
 
 torch::Tensor ViTAttentionImpl::forward(const torch::Tensor& x_BTD) {
   const int64_t B = x_BTD.size(0), T = x_BTD.size(1), D = x_BTD.size(2), Dh = D / heads;
-  auto qkv_3BHTd = qkv->forward(x_BTD).view({B, T, 3, heads, Dh}).permute({2, 0, 3, 1, 4});
+  auto qkv_BT3HDh = qkv->forward(x_BTD).view({B, T, 3, heads, Dh});
+  if (small_attention_applies(qkv_BT3HDh, T))
+    return proj->forward(small_attention_packed(qkv_BT3HDh, /*causal=*/false).view({B, T, D}));
+  auto qkv_3BHTd = qkv_BT3HDh.permute({2, 0, 3, 1, 4});
   auto q = qkv_3BHTd[0], k = qkv_3BHTd[1], v = qkv_3BHTd[2];
-  torch::Tensor out;  // [B, H, T, Dh]
-  if (small_attention_applies(q, T)) {
-    out = small_attention(q, k, v, /*causal=*/false);
-  } else {
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
-    out = torch::matmul(torch::softmax(scores, -1), v);
-  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+  auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, Dh]
   return proj->forward(out.transpose(1, 2).reshape({B, T, D}));
 }
 

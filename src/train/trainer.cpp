@@ -173,11 +173,11 @@ struct Trainer {
   }
 
   TrainResult run() {
-    if (cfg.train.threads > 0) {
+    {
       const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
       if (cfg.train.threads > cores)
         spdlog::warn("train.threads = {} exceeds this machine's {} cores; using {}", cfg.train.threads, cores, cores);
-      at::set_num_threads(static_cast<int>(std::min(cfg.train.threads, cores)));
+      set_compute_threads(static_cast<int>(threads_per_worker(cfg.train.threads, cores, local_workers())));
     }
     auto& model = task->module();
     task->init_weights(static_cast<uint64_t>(cfg.train.seed));

@@ -183,6 +183,15 @@ TEST(Runtime, OpenBlasKernelsFollowTheInstructionSets) {
   EXPECT_EQ(openblas_coretype(false, false), "");  // OpenBLAS's own detection stands
 }
 
+TEST(Runtime, ThreadsPerWorkerShareTheCoresUnlessRequested) {
+  EXPECT_EQ(threads_per_worker(0, 2, 1), 2);  // one process takes every core
+  EXPECT_EQ(threads_per_worker(0, 2, 2), 1);  // `launch --nproc 2`: one each
+  EXPECT_EQ(threads_per_worker(0, 2, 4), 1);  // more workers than cores: still one
+  EXPECT_EQ(threads_per_worker(0, 16, 3), 5);
+  EXPECT_EQ(threads_per_worker(3, 2, 1), 2);  // capped at the cores
+  EXPECT_EQ(threads_per_worker(1, 16, 2), 1);
+}
+
 TEST(Util, FormatDuration) {
   EXPECT_EQ(format_duration(83), "01:23");
   EXPECT_EQ(format_duration(3725), "1:02:05");

@@ -159,6 +159,26 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
   }
 }
 
+TEST(Attention, PackedKernelReadsTheProjectionLayoutInPlace) {
+  torch::manual_seed(9);
+  for (bool causal : {false, true}) {
+    const int64_t B = 2, T = 5, H = 3, Dh = 4;
+    auto qkv = torch::randn({B, T, 3, H, Dh}, torch::kFloat64).requires_grad_(true);
+    auto up = torch::randn({B, T, H, Dh}, torch::kFloat64);
+    auto heads = qkv.permute({2, 0, 3, 1, 4});  // [3, B, H, T, Dh]
+    auto scores = torch::matmul(heads[0], heads[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+    if (causal)
+      scores = scores.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -std::numeric_limits<double>::infinity());
+    auto ref = torch::matmul(torch::softmax(scores, -1), heads[2]).transpose(1, 2);  // [B, T, H, Dh]
+    auto fast = small_attention_packed(qkv, causal);
+    ASSERT_EQ(fast.sizes(), ref.sizes());
+    EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << (causal ? "causal" : "full");
+    auto g_fast = torch::autograd::grad({(fast * up).sum()}, {qkv})[0];
+    auto g_ref = torch::autograd::grad({(ref * up).sum()}, {qkv})[0];
+    EXPECT_TRUE(torch::allclose(g_fast, g_ref, 1e-11, 1e-12)) << (causal ? "causal" : "full");
+  }
+}
+
 TEST(SwiGLU, MatchesFormula) {
   SwiGLU f(6, 10);
   f.to(torch::kFloat64);
