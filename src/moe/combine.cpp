@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "core/simd.h"
+
 namespace mf {
 namespace {
 
@@ -16,7 +18,29 @@ using torch::autograd::variable_list;
 // Threads own token ranges and add whole rows in pair order: no two threads write one row, and
 // the sum order is fixed (bitwise repeatable). Splitting the columns instead was 3x slower here:
 // each thread's half rows pull the other half into its cache.
-// No weights (weight_P undefined) = weight 1: the backward of gather_rows.
+// No weights (weight null) = weight 1: the backward of gather_rows.
+template <typename T>
+MF_ALWAYS_INLINE void combine_tokens(const T* out, const int64_t* token, const T* weight, T* y, int64_t P, int64_t D,
+                                     int64_t t0, int64_t t1) {
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t t = token[p];
+    if (t < t0 || t >= t1) continue;
+    const T* o = out + p * D;
+    T* row = y + t * D;
+    const T w = weight ? weight[p] : T(1);
+#pragma omp simd
+    for (int64_t c = 0; c < D; ++c) row[c] += w * o[c];
+  }
+}
+MF_SIMD_FUNCTION(combine_range, combine_tokens,
+                 (const float* out, const int64_t* token, const float* weight, float* y, int64_t P, int64_t D,
+                  int64_t t0, int64_t t1),
+                 (out, token, weight, y, P, D, t0, t1))
+MF_SIMD_FUNCTION(combine_range, combine_tokens,
+                 (const double* out, const int64_t* token, const double* weight, double* y, int64_t P, int64_t D,
+                  int64_t t0, int64_t t1),
+                 (out, token, weight, y, P, D, t0, t1))
+
 template <typename scalar_t>
 void combine_cpu(const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P, at::Tensor& y_TD) {
   const int64_t P = out_PD.size(0), D = out_PD.size(1);
@@ -24,47 +48,50 @@ void combine_cpu(const at::Tensor& out_PD, const at::Tensor& token_P, const at::
   const auto* token = token_P.data_ptr<int64_t>();
   const scalar_t* weight = weight_P.defined() ? weight_P.data_ptr<scalar_t>() : nullptr;
   auto* y = y_TD.data_ptr<scalar_t>();
-  at::parallel_for(0, y_TD.size(0), 16, [&](int64_t t0, int64_t t1) {
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t t = token[p];
-      if (t < t0 || t >= t1) continue;
-      const scalar_t* o = out + p * D;
-      scalar_t* row = y + t * D;
-      if (weight) {
-        const scalar_t w = weight[p];
-        for (int64_t c = 0; c < D; ++c) row[c] += w * o[c];
-      } else {
-        for (int64_t c = 0; c < D; ++c) row[c] += o[c];
-      }
-    }
-  });
+  at::parallel_for(0, y_TD.size(0), 16,
+                   [&](int64_t t0, int64_t t1) { combine_range(out, token, weight, y, P, D, t0, t1); });
 }
+
+// d_out[p] = w[p] dy[token[p]],  d_weight[p] = <out[p], dy[token[p]]> for pairs [p0, p1)
+template <typename T>
+MF_ALWAYS_INLINE void combine_backward_pairs(const T* dy, const T* out, const int64_t* token, const T* weight, T* dout,
+                                             T* dweight, int64_t D, int64_t p0, int64_t p1) {
+  using acc_t = at::acc_type<T, false>;
+  for (int64_t p = p0; p < p1; ++p) {
+    const T w = weight[p];
+    const T* g = dy + token[p] * D;
+    const T* o = out + p * D;
+    T* d = dout + p * D;
+    acc_t dot = 0;
+#pragma omp simd reduction(+ : dot)  // lets the compiler vectorise the sum (it may not reorder one otherwise)
+    for (int64_t c = 0; c < D; ++c) {
+      d[c] = w * g[c];
+      dot += static_cast<acc_t>(o[c]) * static_cast<acc_t>(g[c]);
+    }
+    dweight[p] = static_cast<T>(dot);
+  }
+}
+MF_SIMD_FUNCTION(combine_backward_range, combine_backward_pairs,
+                 (const float* dy, const float* out, const int64_t* token, const float* weight, float* dout,
+                  float* dweight, int64_t D, int64_t p0, int64_t p1),
+                 (dy, out, token, weight, dout, dweight, D, p0, p1))
+MF_SIMD_FUNCTION(combine_backward_range, combine_backward_pairs,
+                 (const double* dy, const double* out, const int64_t* token, const double* weight, double* dout,
+                  double* dweight, int64_t D, int64_t p0, int64_t p1),
+                 (dy, out, token, weight, dout, dweight, D, p0, p1))
 
 template <typename scalar_t>
 void combine_backward_cpu(const at::Tensor& dy_TD, const at::Tensor& out_PD, const at::Tensor& token_P,
                           const at::Tensor& weight_P, at::Tensor& dout_PD, at::Tensor& dweight_P) {
-  using acc_t = at::acc_type<scalar_t, false>;
-  const int64_t P = out_PD.size(0), D = out_PD.size(1);
+  const int64_t D = out_PD.size(1);
   const auto* dy = dy_TD.data_ptr<scalar_t>();
   const auto* out = out_PD.data_ptr<scalar_t>();
   const auto* token = token_P.data_ptr<int64_t>();
   const auto* weight = weight_P.data_ptr<scalar_t>();
   auto* dout = dout_PD.data_ptr<scalar_t>();
   auto* dweight = dweight_P.data_ptr<scalar_t>();
-  at::parallel_for(0, P, 256, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const scalar_t w = weight[p];
-      const scalar_t* g = dy + token[p] * D;
-      const scalar_t* o = out + p * D;
-      scalar_t* d = dout + p * D;
-      acc_t dot = 0;
-#pragma omp simd reduction(+ : dot)  // lets the compiler vectorise the sum (it may not reorder one otherwise)
-      for (int64_t c = 0; c < D; ++c) {
-        d[c] = w * g[c];
-        dot += static_cast<acc_t>(o[c]) * static_cast<acc_t>(g[c]);
-      }
-      dweight[p] = static_cast<scalar_t>(dot);
-    }
+  at::parallel_for(0, out_PD.size(0), 256, [&](int64_t p0, int64_t p1) {
+    combine_backward_range(dy, out, token, weight, dout, dweight, D, p0, p1);
   });
 }
 
