@@ -78,10 +78,29 @@ int64_t local_workers() {
   return (end != value && *end == '\0' && n > 0) ? n : 1;
 }
 
+namespace {
+using SetThreads = void (*)(int);
+using GetThreads = int (*)();
+SetThreads openblas_set_threads() {
+  static auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return set;
+}
+}  // namespace
+
 void set_compute_threads(int threads) {
   at::set_num_threads(threads);
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+  if (auto set = openblas_set_threads()) set(threads);
+}
+
+ScopedBlasThreads::ScopedBlasThreads(int n) {
+  static auto get = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!get || !openblas_set_threads()) return;
+  before_ = get();
+  openblas_set_threads()(n);
+}
+
+ScopedBlasThreads::~ScopedBlasThreads() {
+  if (before_ > 0) openblas_set_threads()(before_);
 }
 
 void tune_process_environment(char** argv) {

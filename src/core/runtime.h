@@ -36,6 +36,18 @@ int64_t local_workers();  // LOCAL_WORLD_SIZE, or 1
 // OpenBLAS keeps its own pool of one thread per core otherwise, so two one-thread ranks ran
 // four BLAS threads on two cores (a quarter of the run time in the kernel, waking them).
 void set_compute_threads(int threads);
+// OpenBLAS's threads set to n for a scope (then restored), for threads that each run their own
+// GEMMs; a no-op where OpenBLAS is not the BLAS.
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int n);
+  ~ScopedBlasThreads();
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int before_ = 0;
+};
 
 std::string runtime_summary();
 

@@ -1,10 +1,65 @@
 #include "moe/grouped_ffn.h"
 
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include "core/runtime.h"
 #include "moe/combine.h"
 
+#include <algorithm>
+
 namespace mf {
+
+std::vector<std::vector<size_t>> split_units(const std::vector<int64_t>& counts, int threads) {
+  std::vector<size_t> units;
+  for (size_t u = 0; u < counts.size(); ++u)
+    if (counts[u] > 0) units.push_back(u);
+  if (threads <= 1 || static_cast<int64_t>(units.size()) < 2 * threads) return {units};
+  // longest first onto the least loaded thread; each thread then runs its units in unit order
+  auto by_size = units;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) { return counts[a] > counts[b]; });
+  std::vector<std::vector<size_t>> plan(threads);
+  std::vector<int64_t> load(threads, 0);
+  for (size_t u : by_size) {
+    const auto t = std::min_element(load.begin(), load.end()) - load.begin();
+    plan[t].push_back(u);
+    load[t] += counts[u];
+  }
+  for (auto& p : plan) std::sort(p.begin(), p.end());
+  return plan;
+}
+
+namespace {
+
+// first pair of each unit: start[u], and start[U] = P
+std::vector<int64_t> unit_starts(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> start(counts.size() + 1, 0);
+  for (size_t u = 0; u < counts.size(); ++u) start[u + 1] = start[u] + counts[u];
+  return start;
+}
+
+// fn(u, thread) for the units of plan (split_units), thread t running plan[t] in order. With
+// several threads, whole units per thread and one-thread GEMMs: threads meeting inside every
+// small GEMM spent a fifth of UniF-MoE's time in OpenBLAS's yields between its 112 block GEMMs.
+template <typename Fn>
+void each_unit(const std::vector<std::vector<size_t>>& plan, Fn&& fn) {
+  if (plan.size() == 1) {
+    for (size_t u : plan[0]) fn(u, 0);
+    return;
+  }
+  ScopedBlasThreads one(1);
+  const bool grad = at::GradMode::is_enabled();
+  at::parallel_for(0, static_cast<int64_t>(plan.size()), 1, [&](int64_t t0, int64_t t1) {
+    c10::AutoGradMode mode(grad);  // thread-local: the pool's threads do not inherit it
+    for (int64_t t = t0; t < t1; ++t)
+      for (size_t u : plan[t]) fn(u, t);
+  });
+}
+
+int threads_for(const at::Tensor& t) { return t.is_cpu() ? at::get_num_threads() : 1; }
+
+}  // namespace
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -67,14 +122,12 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     auto h = at::empty({P, swiglu ? 2 * M : M}, rows.options());
     auto a = at::empty({P, M}, rows.options());
     auto y = at::empty({P, D}, rows.options());
-    int64_t off = 0;
-    for (size_t u = 0; u < counts.size(); ++u) {
-      const int64_t n = counts[u];
-      if (n == 0) continue;
+    const auto start = unit_starts(counts);
+    each_unit(split_units(counts, threads_for(rows)), [&](size_t u, int64_t) {
+      const int64_t off = start[u], n = counts[u];
       units.forward(u, rows.narrow(0, off, n), gate_up, down, b1, b2, h.narrow(0, off, n), a.narrow(0, off, n),
                     y.narrow(0, off, n));
-      off += n;
-    }
+    });
     ctx->save_for_backward({rows, gate_up, down, h, a});
     ctx->saved_data["b1"] = b1.numel() > 0;
     ctx->saved_data["b2"] = b2.numel() > 0;
@@ -96,10 +149,11 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     const bool has_b1 = ctx->saved_data["b1"].toBool(), has_b2 = ctx->saved_data["b2"].toBool();
     auto db1 = has_b1 ? at::zeros({gate_up.size(0), gate_up.size(1)}, dy.options()) : at::Tensor();
     auto db2 = has_b2 ? at::zeros({down.size(0), down.size(1)}, dy.options()) : at::Tensor();
-    int64_t off = 0;
-    for (size_t u = 0; u < counts.size(); ++u) {
-      const int64_t n = counts[u], e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
-      if (n == 0) continue;
+    // units own disjoint rows of dx and disjoint slices of every weight gradient: no two write one
+    const auto start = unit_starts(counts);
+    each_unit(split_units(counts, threads_for(rows)), [&](size_t u, int64_t) {
+      const int64_t off = start[u], n = counts[u], e = static_cast<int64_t>(u) / blocks,
+                    b = static_cast<int64_t>(u) % blocks;
       auto x = rows.narrow(0, off, n), hu = h.narrow(0, off, n), au = a.narrow(0, off, n), dyu = dy.narrow(0, off, n);
       auto dxu = dx.narrow(0, off, n);
       auto dw2e = dw2[e], dw1e = dw1[e];
@@ -122,8 +176,7 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
       else
         units.put_w1(dw1e, b, at::mm(dh.t(), x));
       at::mm_out(dxu, dh, units.w1(gate_up[e], b));
-      off += n;
-    }
+    });
     return {dx, dw1, dw2, db1, db2, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -146,7 +199,7 @@ at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_
   const int64_t D = x_TD.size(1), F = down_EDF.size(2), M = F / blocks;
   const auto counts = host_counts(counts_U, down_EDF.size(0), F, blocks);
   TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn_combined: the output bias belongs to the whole expert");
-  const Units units{blocks, F, M, swiglu};
+  const Units units_of{blocks, F, M, swiglu};
   const auto none = at::empty({0}, x_TD.options());
   const auto& b1 = gate_up_bias.defined() ? gate_up_bias : none;
   const auto& b2 = down_bias.defined() ? down_bias : none;
@@ -155,20 +208,30 @@ at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_
   auto weight = weight_P.to(x.scalar_type()).contiguous();
   auto y_TD = at::zeros_like(x);
   const int64_t R = std::max<int64_t>(1, chunk_hidden / M);
-  auto rows = at::empty({R, D}, x.options()), h = at::empty({R, swiglu ? 2 * M : M}, x.options());
-  auto a = at::empty({R, M}, x.options()), out = at::empty({R, D}, x.options());
-  int64_t start = 0;
-  for (size_t u = 0; u < counts.size(); ++u) {
+  const auto start = unit_starts(counts);
+  const auto plan = split_units(counts, threads_for(x));
+  // per thread: its output (the first thread's is y_TD; the others are added at the end) and
+  // chunk buffers
+  struct Buffers {
+    at::Tensor y, rows, h, a, out;
+  };
+  std::vector<Buffers> bufs(plan.size());
+  for (size_t t = 0; t < plan.size(); ++t)
+    bufs[t] = {t == 0 ? y_TD : at::zeros_like(x), at::empty({R, D}, x.options()),
+               at::empty({R, swiglu ? 2 * M : M}, x.options()), at::empty({R, M}, x.options()),
+               at::empty({R, D}, x.options())};
+  each_unit(plan, [&](size_t u, int64_t t) {
+    auto& [y, rows, h, a, out] = bufs[t];
     for (int64_t off = 0; off < counts[u]; off += R) {
       const int64_t n = std::min(R, counts[u] - off);
-      auto token_n = token.narrow(0, start + off, n);
+      auto token_n = token.narrow(0, start[u] + off, n);
       auto rows_n = rows.narrow(0, 0, n), out_n = out.narrow(0, 0, n);
       gather_into(rows_n, x, token_n);
-      units.forward(u, rows_n, gate_up, down_EDF, b1, b2, h.narrow(0, 0, n), a.narrow(0, 0, n), out_n);
-      combine_into(y_TD, out_n, token_n, weight.narrow(0, start + off, n));
+      units_of.forward(u, rows_n, gate_up, down_EDF, b1, b2, h.narrow(0, 0, n), a.narrow(0, 0, n), out_n);
+      combine_into(y, out_n, token_n, weight.narrow(0, start[u] + off, n));
     }
-    start += counts[u];
-  }
+  });
+  for (size_t t = 1; t < plan.size(); ++t) y_TD.add_(bufs[t].y);
   return y_TD;
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <vector>
+
 namespace mf {
 
 // rows_PD grouped by unit (counts_U[u] rows each, in order), gate_up_E2FD (swiglu) or
@@ -28,10 +30,17 @@ at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, con
 // gather -> grouped_ffn -> combine. Pairs are combined in the same order, so y equals that
 // path's up to the GEMMs' rounding. The default chunk is 512 rows of a 1536-wide expert (3 MB of
 // float32 hidden activations); narrow units (UniF-MoE's blocks) take proportionally more rows.
+// With several threads and at least two non-empty units per thread, threads take whole units
+// (split_units: balanced by pair count) and run them with one-thread GEMMs into outputs of their
+// own, summed at the end; y then differs from the one-thread path in the order of its sums.
 inline constexpr int64_t kCombinedChunkHidden = 512 * 1536;
 at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                                 const at::Tensor& counts_U, const at::Tensor& gate_up, const at::Tensor& down_EDF,
                                 bool swiglu, const at::Tensor& gate_up_bias = {}, const at::Tensor& down_bias = {},
                                 int64_t blocks = 1, int64_t chunk_hidden = kCombinedChunkHidden);
+
+// The non-empty units of counts split among `threads` threads, or all in one list when there are
+// fewer than two per thread.
+std::vector<std::vector<size_t>> split_units(const std::vector<int64_t>& counts, int threads);
 
 }  // namespace mf

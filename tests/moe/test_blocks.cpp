@@ -19,7 +19,20 @@ ExpertBank random_bank(int64_t E, int64_t D, int64_t F, const std::string& activ
   return bank;
 }
 
+struct ThreadsForTest {  // the test binary runs one thread; these tests also take the threaded paths
+  explicit ThreadsForTest(int n) { at::set_num_threads(n); }
+  ~ThreadsForTest() { at::set_num_threads(1); }
+};
+
 }  // namespace
+
+TEST(ExpertBlocks, SplitUnitsBalancesPairsAndKeepsUnitOrder) {
+  // fewer than two non-empty units per thread: one list, empty units left out
+  EXPECT_EQ(split_units({3, 0, 5}, 2), (std::vector<std::vector<size_t>>{{0, 2}}));
+  EXPECT_EQ(split_units({3, 0, 5, 1, 2}, 1), (std::vector<std::vector<size_t>>{{0, 2, 3, 4}}));
+  // largest first onto the least loaded: 9 -> t0, 5 -> t1, 4 -> t1 (9 | 9), 3 -> t0, 1 -> t1
+  EXPECT_EQ(split_units({4, 9, 0, 3, 5, 1}, 2), (std::vector<std::vector<size_t>>{{1, 3}, {0, 4, 5}}));
+}
 
 TEST(ExpertBlocks, BlocksSumToTheExpertPlusItsOutputBias) {
   torch::manual_seed(7);
@@ -39,8 +52,10 @@ TEST(ExpertBlocks, BlocksSumToTheExpertPlusItsOutputBias) {
 
 // Random (token, (expert, block)) pairs, some units empty: grouped block units equal the
 // per-unit reference in output and every gradient; with B = 1 they are the plain experts.
+// With 2 threads and >= 4 non-empty units, threads take whole units (split_units).
 TEST(ExpertBlocks, DispatchMatchesReferenceWithGradients) {
   torch::manual_seed(8);
+  ThreadsForTest two(2);
   for (std::string act : {"gelu", "swiglu"})
     for (int64_t B : {1, 2, 3}) {
       const int64_t E = 4, D = 5, F = 6, T = 9, P = 20;
@@ -80,26 +95,29 @@ TEST(ExpertBlocks, OutputBiasIsAddedOncePerExpertWeight) {
 // across chunk boundaries (chunks of 1, 3 and all rows), empty units, B = 1 with the output bias.
 TEST(ExpertBlocks, CombinedInferencePathMatchesReference) {
   torch::manual_seed(9);
-  for (std::string act : {"gelu", "swiglu"})
-    for (int64_t B : {1, 2, 3}) {
-      const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
-      auto bank = random_bank(E, D, F, act, /*bias=*/true);
-      ExpertBlocks blocks(bank, B);
-      UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
-      auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
-      Assignment a{torch::randint(T, {P}, torch::kLong), unit_P, torch::randn({P}, torch::kFloat64), T, E * B};
-      auto x = torch::randn({T, D}, torch::kFloat64);
-      torch::NoGradGuard g;
-      auto ref = dense_reference(x, a, units);
-      auto counts = torch::bincount(unit_P, {}, E * B);
-      for (int64_t rows : {int64_t{1}, int64_t{3}, P}) {
-        auto y =
-            grouped_ffn_combined(x, a.token_P, a.weight_P, counts, bank.gate_up_proj, bank.down_proj, act == "swiglu",
-                                 bank.gate_up_proj_bias, B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
-        EXPECT_TRUE(torch::allclose(y, ref, 1e-12, 1e-12)) << act << " B=" << B << " chunk rows " << rows;
+  for (int threads : {1, 2})
+    for (std::string act : {"gelu", "swiglu"})
+      for (int64_t B : {1, 2, 3}) {
+        ThreadsForTest use(threads);
+        const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
+        auto bank = random_bank(E, D, F, act, /*bias=*/true);
+        ExpertBlocks blocks(bank, B);
+        UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
+        auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
+        Assignment a{torch::randint(T, {P}, torch::kLong), unit_P, torch::randn({P}, torch::kFloat64), T, E * B};
+        auto x = torch::randn({T, D}, torch::kFloat64);
+        torch::NoGradGuard g;
+        auto ref = dense_reference(x, a, units);
+        auto counts = torch::bincount(unit_P, {}, E * B);
+        for (int64_t rows : {int64_t{1}, int64_t{3}, P}) {
+          auto y =
+              grouped_ffn_combined(x, a.token_P, a.weight_P, counts, bank.gate_up_proj, bank.down_proj, act == "swiglu",
+                                   bank.gate_up_proj_bias, B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
+          EXPECT_TRUE(torch::allclose(y, ref, 1e-12, 1e-12))
+              << act << " B=" << B << " chunk rows " << rows << " threads " << threads;
+        }
+        EXPECT_TRUE(torch::allclose(dispatch(x, a, units).y_TD, ref, 1e-12, 1e-12)) << "dispatch without grad";
       }
-      EXPECT_TRUE(torch::allclose(dispatch(x, a, units).y_TD, ref, 1e-12, 1e-12)) << "dispatch without grad";
-    }
 }
 
 TEST(ExpertBlocks, CombinedPathRefusesGradModeAndSortedPairsSkipTheSort) {
