@@ -222,8 +222,10 @@ expect_ok '"task": "classify"' -- "$MF" info runs/vit --json
 # the documented way to train it: two data-parallel ranks, the config's 2 micro-batches one each,
 # train.threads = 0 sharing the cores between them
 VIT_DP=("${VIT[@]/train.threads=1/train.threads=0}")
-expect_ok "train done" -- "$MF" launch --nproc 2 train "$SRC/configs/vit-fmnist.toml" "${VIT_DP[@]}" --set run.name=vit_dp
+expect_ok "train done" -- "$MF" launch --nproc 2 train "$SRC/configs/vit-fmnist.toml" "${VIT_DP[@]}" --set run.name=vit_dp \
+  --profile 2
 grep -q "data parallel over 2 ranks" runs/vit_dp/environment.json || fail "vit launch: not data parallel"
+grep -q "all operators" runs/vit_dp/profile.txt || fail "vit launch: rank 0's profile table"
 "$MF" train "$SRC/configs/vit-fmnist-moe.toml" "${VIT[@]}" --set model.moe.expert_hidden=12 --set run.name=vit_moe \
   > /dev/null 2>&1 || fail "vit moe train"
 expect_ok '"expert_parameters_stored"' -- "$MF" info runs/vit_moe --json

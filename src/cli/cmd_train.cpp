@@ -58,7 +58,7 @@ void register_train_commands(CLI::App& app) {
   tr->add_option("--stop-after", opt.stop_after, "stop after N steps of this invocation (checkpoint written)");
   tr->add_option("--profile", opt.profile_steps,
                  "profile N steps after a 5-step warm-up: RUN/profile.json (Chrome trace) and RUN/profile.txt "
-                 "(operators by self time per step)")
+                 "(operators by self time per step); under `moeforge launch`, rank 0's steps")
       ->check(CLI::PositiveNumber);
   static bool expert_parallel = false;
   tr->add_flag("--expert-parallel", expert_parallel,

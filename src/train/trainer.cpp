@@ -265,7 +265,7 @@ struct Trainer {
     int64_t window_items = 0;
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<StepProfiler> profiler;
-    if (opt.profile_steps > 0) {
+    if (opt.profile_steps > 0 && lead) {  // rank 0's steps; ranks writing one file would garble it
       const int64_t warmup = std::clamp<int64_t>(end_step - start_step - opt.profile_steps, 0, 5);
       profiler =
           std::make_unique<StepProfiler>(start_step + warmup, opt.profile_steps, (run_dir / "profile.json").string(),
