@@ -84,7 +84,7 @@ void register_data_commands(CLI::App& app) {
   auto* doc =
       app.add_subcommand("doctor", "print LibTorch version, threads, the BLAS in use and measured sgemm GFLOP/s");
   static int64_t threads = 0;
-  doc->add_option("--threads", threads, "intra-op threads to measure with (0 = LibTorch default)");
+  doc->add_option("--threads", threads, "intra-op threads to measure with (0 = the cores, as train.threads = 0)");
   doc->callback([] { doctor(threads); });
 }
 

@@ -25,7 +25,7 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--port", opt.port, "TCP port (0: any free one, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  sv->add_option("--threads", threads, "intra-op threads of the model (0 = LibTorch's default)")
+  sv->add_option("--threads", threads, "intra-op threads of the model (0 = the machine's cores)")
       ->check(CLI::NonNegativeNumber);
   sv->add_option("--http-threads", opt.http_threads, "connections served at once")
       ->capture_default_str()

@@ -12,6 +12,7 @@
 int main(int argc, char** argv) {
   mf::tune_process_environment(argv);
   mf::tune_allocator();
+  mf::use_shared_cores();
   mf::register_builtin_methods();
   CLI::App app{
       "MoEForge: build, train, reshape, probe and serve Mixture-of-Experts transformers.\n"

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "core/simd.h"
 #include "core/timing.h"
@@ -90,6 +91,11 @@ SetThreads openblas_set_threads() {
 void set_compute_threads(int threads) {
   at::set_num_threads(threads);
   if (auto set = openblas_set_threads()) set(threads);
+}
+
+void use_shared_cores() {
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  set_compute_threads(static_cast<int>(threads_per_worker(0, cores, local_workers())));
 }
 
 ScopedBlasThreads::ScopedBlasThreads(int n) {

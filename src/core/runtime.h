@@ -36,6 +36,9 @@ int64_t local_workers();  // LOCAL_WORLD_SIZE, or 1
 // OpenBLAS keeps its own pool of one thread per core otherwise, so two one-thread ranks ran
 // four BLAS threads on two cores (a quarter of the run time in the kernel, waking them).
 void set_compute_threads(int threads);
+// set_compute_threads(threads_per_worker(0, ...)): every command's default. LibTorch's own
+// default comes from cpuinfo, which finds 1 core on this project's VMs.
+void use_shared_cores();
 // OpenBLAS's threads set to n for a scope (then restored), for threads that each run their own
 // GEMMs; a no-op where OpenBLAS is not the BLAS.
 class ScopedBlasThreads {

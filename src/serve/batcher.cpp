@@ -108,17 +108,22 @@ void Batcher::decode(std::vector<std::shared_ptr<Job>>& group) {
     std::lock_guard<std::mutex> lock(job->m);
     longest = std::max(longest, job->tokens);
     tokens += job->tokens;
+  }
+  {  // the statistics first: a client that has its answer then sees them in /health
+    std::lock_guard<std::mutex> lock(m_);
+    stats_.batches += 1;
+    stats_.steps += longest;
+    stats_.rows += static_cast<int64_t>(group.size());
+    stats_.tokens += tokens;
+  }
+  for (auto& job : group) {
+    std::lock_guard<std::mutex> lock(job->m);
     if (!job->done) job->finish_reason = job->tokens >= job->opt.max_tokens ? "length" : "stop";
     job->done = true;
     job->ready = job->text.size();
     job->error = error;
     job->cv.notify_all();
   }
-  std::lock_guard<std::mutex> lock(m_);
-  stats_.batches += 1;
-  stats_.steps += longest;
-  stats_.rows += static_cast<int64_t>(group.size());
-  stats_.tokens += tokens;
 }
 
 void Batcher::on_token(Job& job, int id) {
