@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include <iostream>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/peer.h"

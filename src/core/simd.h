@@ -23,9 +23,14 @@ SimdLevel simd_level();
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // `void name params` running `body args` compiled for the best level this CPU has. Overloads
-// (one per element type) are fine: each expansion declares its own three variants.
+// (one per element type) are fine: each expansion declares its own three variants. The AVX-512
+// variant uses 256-bit vectors: our rows are short (17-24 floats in the ViT's attention), and
+// 512-bit ones ran that kernel slower than AVX2 (bench kernels: 3.6-3.9 vs 3.0-3.3 ms; 2.3 now).
 #define MF_SIMD_FUNCTION(name, body, params, args)                                                                \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=256"))) void name##_avx512 params { body args; } \
+  __attribute__((                                                                                                 \
+      target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=256"))) void name##_avx512 params { \
+    body args;                                                                                                    \
+  }                                                                                                               \
   __attribute__((target("avx2,fma"))) void name##_avx2 params { body args; }                                      \
   void name##_base params { body args; }                                                                          \
   void name params {                                                                                              \
