@@ -5,7 +5,6 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/peer.h"
@@ -35,8 +34,7 @@ void add_performance_benches(CLI::App* bench) {
   tr->add_option("--json", train_json, "also write the results as JSON");
   tr->callback([] {
     auto cfg = load_config(train_config);
-    set_compute_threads(static_cast<int>(
-        threads_per_worker(cfg.train.threads, std::max(1u, std::thread::hardware_concurrency()), local_workers())));
+    set_compute_threads(static_cast<int>(worker_threads(cfg.train.threads)));
     const auto r = bench_train(cfg, train_steps, train_warmup);
     const auto& m = r.config.model;
     const auto args = fmt::format(

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,10 @@ SimdLevel simd_level() {
     const char* cap = std::getenv("MOEFORGE_SIMD");  // base | avx2 | avx512: at most this level
     if (!cap) return cpu;
     const std::string want = cap;
+    if (want != "base" && want != "avx2" && want != "avx512") {
+      spdlog::warn("MOEFORGE_SIMD={} is not base, avx2 or avx512; ignored", want);
+      return cpu;
+    }
     const SimdLevel asked = want == "base" ? SimdLevel::Base : want == "avx2" ? SimdLevel::Avx2 : SimdLevel::Avx512;
     return std::min(asked, cpu);
   }();
@@ -93,10 +98,12 @@ void set_compute_threads(int threads) {
   if (auto set = openblas_set_threads()) set(threads);
 }
 
-void use_shared_cores() {
+int64_t worker_threads(int64_t requested) {
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  set_compute_threads(static_cast<int>(threads_per_worker(0, cores, local_workers())));
+  return threads_per_worker(requested, cores, local_workers());
 }
+
+void use_shared_cores() { set_compute_threads(static_cast<int>(worker_threads(0))); }
 
 ScopedBlasThreads::ScopedBlasThreads(int n) {
   static auto get = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));

@@ -32,6 +32,8 @@ std::string openblas_coretype(bool avx512, bool avx2_fma);
 // one-thread ranks train a small model ~1.6x faster than one two-thread process (docs/benchmarks.md).
 int64_t threads_per_worker(int64_t requested, int64_t cores, int64_t local_workers);
 int64_t local_workers();  // LOCAL_WORLD_SIZE, or 1
+// threads_per_worker on this machine: its cores and LOCAL_WORLD_SIZE
+int64_t worker_threads(int64_t requested);
 // at::set_num_threads, and the same for OpenBLAS where it is the BLAS: Debian's pthread
 // OpenBLAS keeps its own pool of one thread per core otherwise, so two one-thread ranks ran
 // four BLAS threads on two cores (a quarter of the run time in the kernel, waking them).

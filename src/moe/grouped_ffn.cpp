@@ -3,10 +3,10 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+
 #include "core/runtime.h"
 #include "moe/combine.h"
-
-#include <algorithm>
 
 namespace mf {
 
@@ -57,10 +57,6 @@ void each_unit(const std::vector<std::vector<size_t>>& plan, Fn&& fn) {
 }
 
 int threads_for(const at::Tensor& t) { return t.is_cpu() ? at::get_num_threads() : 1; }
-
-}  // namespace
-
-namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;

@@ -177,7 +177,7 @@ struct Trainer {
       const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
       if (cfg.train.threads > cores)
         spdlog::warn("train.threads = {} exceeds this machine's {} cores; using {}", cfg.train.threads, cores, cores);
-      set_compute_threads(static_cast<int>(threads_per_worker(cfg.train.threads, cores, local_workers())));
+      set_compute_threads(static_cast<int>(worker_threads(cfg.train.threads)));
     }
     auto& model = task->module();
     task->init_weights(static_cast<uint64_t>(cfg.train.seed));
