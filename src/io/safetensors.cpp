@@ -286,9 +286,10 @@ void SafetensorsFile::read_into(const std::string& name, at::Tensor& dst) const 
     throw FormatError(fmt::format("{}: tensor '{}' has shape {} in the file but {} in the model", path_, name,
                                   c10::str(at::IntArrayRef(e.shape)), c10::str(dst.sizes())));
   require_dtype(path_, name, e.dtype, dst.scalar_type());
-  if (dst.is_contiguous() && dst.device().is_cpu())
+  if (dst.is_contiguous() && dst.device().is_cpu()) {
     read_bytes(name, e, static_cast<char*>(dst.data_ptr()));  // straight into place: no second copy
-  else
+    dst.unsafeGetTensorImpl()->bump_version();                // as an in-place op would (moe/fused_units.h)
+  } else
     dst.copy_(read(name));
 }
 

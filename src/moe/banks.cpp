@@ -2,12 +2,13 @@
 
 #include <torch/torch.h>
 
+#include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 
 namespace mf {
 
 ExpertBank::ExpertBank(int64_t E, int64_t D, int64_t F, Activation activation, bool bias)
-    : num_experts_(E), expert_hidden_(F), activation_(activation) {
+    : num_experts_(E), expert_hidden_(F), activation_(activation), pack_(std::make_shared<UnitPack>()) {
   const int64_t in_rows = activation_ == Activation::SwiGLU ? 2 * F : F;
   gate_up_proj = register_parameter("gate_up_proj", torch::randn({E, in_rows, D}) * 0.02);
   down_proj = register_parameter("down_proj", torch::randn({E, D, F}) * 0.02);
@@ -56,7 +57,8 @@ at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows_PD, const at::Tens
 at::Tensor ExpertBank::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                                         const at::Tensor& counts_E) {
   return grouped_ffn_combined(x_TD, token_P, weight_P, counts_E, gate_up_proj, down_proj,
-                              activation_ == Activation::SwiGLU, gate_up_proj_bias, down_proj_bias);
+                              activation_ == Activation::SwiGLU, gate_up_proj_bias, down_proj_bias, 1,
+                              kCombinedChunkHidden, pack_.get());
 }
 
 ExpertBlocks::ExpertBlocks(ExpertBank& bank, int64_t blocks) : bank_(bank), blocks_(blocks) {
@@ -72,7 +74,8 @@ at::Tensor ExpertBlocks::forward_grouped(const at::Tensor& rows_PD, const at::Te
 at::Tensor ExpertBlocks::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                                           const at::Tensor& counts_U) {
   return grouped_ffn_combined(x_TD, token_P, weight_P, counts_U, bank_.gate_up_proj, bank_.down_proj,
-                              bank_.activation() == Activation::SwiGLU, bank_.gate_up_proj_bias, {}, blocks_);
+                              bank_.activation() == Activation::SwiGLU, bank_.gate_up_proj_bias, {}, blocks_,
+                              kCombinedChunkHidden, bank_.unit_pack());
 }
 
 at::Tensor ExpertBlocks::forward_unit(int64_t u, const at::Tensor& rows) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/nn/module.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "core/param_roles.h"
 
 namespace mf {
+
+class UnitPack;
 
 class UnitBank : public torch::nn::Module {
  public:
@@ -53,6 +56,8 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   Activation activation() const { return activation_; }
   ParamRoleList param_roles() const override;
   int64_t parameter_count() const;
+  // the inference kernel's packed copy of the weights (moe/fused_units.h), kept while they do not change
+  UnitPack* unit_pack() const { return pack_.get(); }
 
   at::Tensor gate_up_proj, down_proj;            // gate_up_E2FD (or _EFD for GELU), down_EDF
   at::Tensor gate_up_proj_bias, down_proj_bias;  // [E, 2F|F], [E, D]; undefined without biases
@@ -60,6 +65,7 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
  private:
   int64_t num_experts_, expert_hidden_;
   Activation activation_;
+  std::shared_ptr<UnitPack> pack_;
 };
 
 // The (expert, block) units of an ExpertBank: each expert's hidden width F is split into B

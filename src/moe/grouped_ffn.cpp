@@ -7,6 +7,7 @@
 
 #include "core/runtime.h"
 #include "moe/combine.h"
+#include "moe/fused_units.h"
 
 namespace mf {
 
@@ -190,44 +191,53 @@ std::vector<int64_t> host_counts(const at::Tensor& counts_U, int64_t E, int64_t 
 at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                                 const at::Tensor& counts_U, const at::Tensor& gate_up, const at::Tensor& down_EDF,
                                 bool swiglu, const at::Tensor& gate_up_bias, const at::Tensor& down_bias,
-                                int64_t blocks, int64_t chunk_hidden) {
+                                int64_t blocks, int64_t chunk_hidden, UnitPack* pack) {
   TORCH_CHECK(!at::GradMode::is_enabled(), "grouped_ffn_combined is the inference path: call it without grad");
   const int64_t D = x_TD.size(1), F = down_EDF.size(2), M = F / blocks;
   const auto counts = host_counts(counts_U, down_EDF.size(0), F, blocks);
   TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn_combined: the output bias belongs to the whole expert");
-  const Units units_of{blocks, F, M, swiglu};
-  const auto none = at::empty({0}, x_TD.options());
-  const auto& b1 = gate_up_bias.defined() ? gate_up_bias : none;
-  const auto& b2 = down_bias.defined() ? down_bias : none;
   auto x = x_TD.contiguous();
   auto token = token_P.to(at::kLong).contiguous();
   auto weight = weight_P.to(x.scalar_type()).contiguous();
   auto y_TD = at::zeros_like(x);
-  const int64_t R = std::max<int64_t>(1, chunk_hidden / M);
   const auto start = unit_starts(counts);
   const auto plan = split_units(counts, threads_for(x));
-  // per thread: its output (the first thread's is y_TD; the others are added at the end) and
-  // chunk buffers
-  struct Buffers {
-    at::Tensor y, rows, h, a, out;
-  };
-  std::vector<Buffers> bufs(plan.size());
-  for (size_t t = 0; t < plan.size(); ++t)
-    bufs[t] = {t == 0 ? y_TD : at::zeros_like(x), at::empty({R, D}, x.options()),
-               at::empty({R, swiglu ? 2 * M : M}, x.options()), at::empty({R, M}, x.options()),
-               at::empty({R, D}, x.options())};
-  each_unit(plan, [&](size_t u, int64_t t) {
-    auto& [y, rows, h, a, out] = bufs[t];
-    for (int64_t off = 0; off < counts[u]; off += R) {
-      const int64_t n = std::min(R, counts[u] - off);
-      auto token_n = token.narrow(0, start[u] + off, n);
-      auto rows_n = rows.narrow(0, 0, n), out_n = out.narrow(0, 0, n);
-      gather_into(rows_n, x, token_n);
-      units_of.forward(u, rows_n, gate_up, down_EDF, b1, b2, h.narrow(0, 0, n), a.narrow(0, 0, n), out_n);
-      combine_into(y, out_n, token_n, weight.narrow(0, start[u] + off, n));
-    }
-  });
-  for (size_t t = 1; t < plan.size(); ++t) y_TD.add_(bufs[t].y);
+  // per thread: its output (the first thread's is y_TD; the others are added at the end)
+  std::vector<at::Tensor> ys(plan.size());
+  for (size_t t = 0; t < plan.size(); ++t) ys[t] = t == 0 ? y_TD : at::zeros_like(x);
+  if (pack && fused_units_available(x)) {
+    const auto packed = pack->get(gate_up, down_EDF, gate_up_bias, down_bias, blocks, swiglu);
+    auto h = at::empty({static_cast<int64_t>(plan.size()), kFusedChunk, packed->n1}, x.options());
+    each_unit(plan, [&](size_t u, int64_t t) {
+      fused_unit(*packed, static_cast<int64_t>(u), x.data_ptr<float>(), token.data_ptr<int64_t>() + start[u],
+                 weight.data_ptr<float>() + start[u], counts[u], ys[t].data_ptr<float>(), h[t].data_ptr<float>());
+    });
+  } else {
+    const Units units_of{blocks, F, M, swiglu};
+    const auto none = at::empty({0}, x_TD.options());
+    const auto& b1 = gate_up_bias.defined() ? gate_up_bias : none;
+    const auto& b2 = down_bias.defined() ? down_bias : none;
+    const int64_t R = std::max<int64_t>(1, chunk_hidden / M);
+    struct Buffers {  // per thread
+      at::Tensor rows, h, a, out;
+    };
+    std::vector<Buffers> bufs(plan.size());
+    for (auto& b : bufs)
+      b = {at::empty({R, D}, x.options()), at::empty({R, swiglu ? 2 * M : M}, x.options()),
+           at::empty({R, M}, x.options()), at::empty({R, D}, x.options())};
+    each_unit(plan, [&](size_t u, int64_t t) {
+      auto& [rows, h, a, out] = bufs[t];
+      for (int64_t off = 0; off < counts[u]; off += R) {
+        const int64_t n = std::min(R, counts[u] - off);
+        auto token_n = token.narrow(0, start[u] + off, n);
+        auto rows_n = rows.narrow(0, 0, n), out_n = out.narrow(0, 0, n);
+        gather_into(rows_n, x, token_n);
+        units_of.forward(u, rows_n, gate_up, down_EDF, b1, b2, h.narrow(0, 0, n), a.narrow(0, 0, n), out_n);
+        combine_into(ys[t], out_n, token_n, weight.narrow(0, start[u] + off, n));
+      }
+    });
+  }
+  for (size_t t = 1; t < plan.size(); ++t) y_TD.add_(ys[t]);
   return y_TD;
 }
 

@@ -33,11 +33,16 @@ at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, con
 // With several threads and at least two non-empty units per thread, threads take whole units
 // (split_units: balanced by pair count) and run them with one-thread GEMMs into outputs of their
 // own, summed at the end; y then differs from the one-thread path in the order of its sums.
+//
+// With a UnitPack (the caller's cache of packed weights) and float32 x on an AVX-512 CPU, each
+// unit runs the fused kernel of moe/fused_units.h instead (gather and combine inside the GEMMs).
 inline constexpr int64_t kCombinedChunkHidden = 512 * 1536;
+class UnitPack;
 at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                                 const at::Tensor& counts_U, const at::Tensor& gate_up, const at::Tensor& down_EDF,
                                 bool swiglu, const at::Tensor& gate_up_bias = {}, const at::Tensor& down_bias = {},
-                                int64_t blocks = 1, int64_t chunk_hidden = kCombinedChunkHidden);
+                                int64_t blocks = 1, int64_t chunk_hidden = kCombinedChunkHidden,
+                                UnitPack* pack = nullptr);
 
 // The non-empty units of counts split among `threads` threads, or all in one list when there are
 // fewer than two per thread.

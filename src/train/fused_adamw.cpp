@@ -90,6 +90,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         adamw_kernel<scalar_t>(p.data_ptr<scalar_t>(), p.grad().data_ptr<scalar_t>(), m.data_ptr<scalar_t>(),
                                v.data_ptr<scalar_t>(), p.numel(), c);
       });
+      p.unsafeGetTensorImpl()->bump_version();  // written through its pointer: caches keyed on the version see it
     }
   }
   return loss;

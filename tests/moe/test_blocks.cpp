@@ -5,6 +5,7 @@
 
 #include "moe/banks.h"
 #include "moe/dispatch.h"
+#include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 
 using namespace mf;
@@ -132,4 +133,54 @@ TEST(ExpertBlocks, CombinedPathRefusesGradModeAndSortedPairsSkipTheSort) {
   Assignment shuffled{torch::tensor({1, 2, 0, 2}, torch::kLong), torch::tensor({1, 0, 0, 1}, torch::kLong), weight, 3,
                       2};
   EXPECT_TRUE(torch::allclose(dispatch(x, sorted, bank).y_TD, dispatch(x, shuffled, bank).y_TD, 1e-12, 1e-12));
+}
+
+// The fused kernel (gather and combine inside the GEMMs, moe/fused_units.h) against the float64
+// reference: widths that are not whole panels (D = 50: one full panel and a 2-column tail;
+// M = 7 or 21 of a 48-wide panel), units over a 128-row chunk (rows 1 to 130 of one unit), an
+// empty unit, B = 1 with the output bias, 1 and 2 threads. Then a weight changed in place must
+// reach the kernel (the pack is keyed on the version counter).
+TEST(ExpertBlocks, FusedKernelMatchesTheReference) {
+  if (!fused_units_available(torch::zeros({1}))) GTEST_SKIP() << "the fused kernel needs an AVX-512 CPU";
+  torch::manual_seed(11);
+  for (int threads : {1, 2})
+    for (std::string act : {"gelu", "swiglu"})
+      for (int64_t B : {1, 3})
+        for (bool bias : {false, true}) {
+          ThreadsForTest use(threads);
+          const int64_t E = 3, D = 50, F = 21, T = 140, M = F / B, U = E * B;
+          auto bank64 = random_bank(E, D, F, act, bias);
+          ExpertBank bank(E, D, F, parse_activation(act), bias);
+          {
+            torch::NoGradGuard g;
+            for (size_t i = 0; i < bank.parameters().size(); ++i) bank.parameters()[i].copy_(bank64.parameters()[i]);
+          }
+          // unit u gets 130 - 40 u pairs (tokens 0, 1, ...), the last unit none
+          std::vector<int64_t> tokens, units;
+          for (int64_t u = 0; u + 1 < U; ++u)
+            for (int64_t t = 0; t < std::max<int64_t>(130 - 40 * u, 1); ++t) {
+              tokens.push_back(t);
+              units.push_back(u);
+            }
+          const auto P = static_cast<int64_t>(tokens.size());
+          Assignment a{torch::tensor(tokens), torch::tensor(units), torch::rand({P}, torch::kFloat64), T, U};
+          auto x64 = torch::randn({T, D}, torch::kFloat64);
+          torch::NoGradGuard g;
+          ExpertBlocks blocks64(bank64, B);
+          auto ref = dense_reference(x64, a, B == 1 ? static_cast<UnitBank&>(bank64) : blocks64);
+          const auto counts = torch::bincount(a.unit_P, {}, U);
+          auto run = [&] {
+            return grouped_ffn_combined(x64.to(torch::kFloat), a.token_P, a.weight_P, counts, bank.gate_up_proj,
+                                        bank.down_proj, act == "swiglu", bank.gate_up_proj_bias,
+                                        B == 1 ? bank.down_proj_bias : at::Tensor(), B, kCombinedChunkHidden,
+                                        bank.unit_pack());
+          };
+          const auto what = act + " B=" + std::to_string(B) + " bias " + std::to_string(bias) + " threads " +
+                            std::to_string(threads) + " M " + std::to_string(M);
+          EXPECT_TRUE(torch::allclose(run().to(torch::kFloat64), ref, 1e-4, 1e-4)) << what;
+          bank64.down_proj.mul_(-0.5);
+          bank.down_proj.mul_(-0.5);
+          ref = dense_reference(x64, a, B == 1 ? static_cast<UnitBank&>(bank64) : blocks64);
+          EXPECT_TRUE(torch::allclose(run().to(torch::kFloat64), ref, 1e-4, 1e-4)) << what << " after a weight change";
+        }
 }

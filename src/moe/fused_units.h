@@ -1,0 +1,60 @@
+// The inference kernel of one unit (an expert, or one block of an expert, as in grouped_ffn.h)
+// on its pairs (token_p, weight_p):
+//   y[token_p] += weight_p * (act(x[token_p] W1^T + b1) W2^T + b2)
+// with the gather folded into the up projection's loads (each row is read through its token's
+// pointer) and the weighted combine into the down projection's stores: no [P, D] copies of rows
+// and outputs, which cost UniF-MoE's narrow blocks (one copy of x per token and block) more than
+// their GEMMs' rate made up. Rows go through in chunks of kFusedChunk; each projection runs
+// panel by panel (kPanel output columns, whose weights stay in L2) over 8-row tiles.
+//
+// The kernel reads the weights transposed and padded to whole panels (UnitPack), packed once and
+// kept until a weight tensor changes (its data pointer, shape or version counter: whoever writes
+// weights through their data pointer bumps the version, as fused_adamw and the safetensors reader
+// do). OpenBLAS repacks its operands on every call instead.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace mf {
+
+inline constexpr int64_t kPanel = 48;        // output columns per panel: 3 AVX-512 vectors
+inline constexpr int64_t kFusedChunk = 128;  // rows per chunk (the hidden activations stay in L2)
+
+// Unit u = (expert u / blocks, block u % blocks) of gate_up [E, 2F|F, D] and down [E, D, F],
+// M = F / blocks channels each, padded: n1 = Mp (GELU) or 2 Mp (SwiGLU: gate at 0, up at Mp)
+// with Mp = M rounded up to kPanel, and Dp = D rounded up likewise (padding holds zeros).
+struct PackedUnits {
+  int64_t blocks = 0, D = 0, M = 0, Mp = 0, n1 = 0, Dp = 0;
+  bool swiglu = false;
+  at::Tensor w1_UDN;  // [U, D, n1]: W1 of each unit, transposed
+  at::Tensor b1_UN;   // [U, n1] (zeros without a bias)
+  at::Tensor w2_UMD;  // [U, M, Dp]: W2 of each unit, transposed
+  at::Tensor b2_ED;   // [E, Dp], or undefined (no output bias, or blocks > 1: the caller adds it)
+};
+
+class UnitPack {
+ public:
+  // The packed weights, repacked when a tensor or the unit layout changed. Float32 only.
+  std::shared_ptr<const PackedUnits> get(const at::Tensor& gate_up, const at::Tensor& down,
+                                         const at::Tensor& gate_up_bias, const at::Tensor& down_bias, int64_t blocks,
+                                         bool swiglu);
+
+ private:
+  std::mutex mutex_;
+  std::vector<int64_t> key_;
+  std::shared_ptr<const PackedUnits> packed_;
+};
+
+// Whether the fused kernel runs here for x: float32 on a CPU with AVX-512 (the AVX2 variant ran
+// below OpenBLAS, so other machines keep the gather -> GEMM -> combine path).
+bool fused_units_available(const at::Tensor& x_TD);
+
+// Unit u's n pairs (token[0..n), weight[0..n)) added into y [T, D] (float32, contiguous), x [T, D];
+// h: scratch of kFusedChunk x n1 floats.
+void fused_unit(const PackedUnits& p, int64_t u, const float* x, const int64_t* token, const float* weight, int64_t n,
+                float* y, float* h);
+
+}  // namespace mf
