@@ -1,5 +1,10 @@
 #include "methods/unif/route.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
 namespace mf {
 
 double unif_tau(int64_t blocks) {
@@ -7,46 +12,132 @@ double unif_tau(int64_t blocks) {
   return (B - 1) / (B * B);
 }
 
+namespace {
+
+// order[0..n) by value descending, ties in index order (a stable insertion sort: n is B or K)
+template <typename scalar_t>
+void rank_descending(const scalar_t* value, std::vector<int64_t>& order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto v = static_cast<int64_t>(i);
+    size_t j = i;
+    for (; j > 0 && value[order[j - 1]] < value[v]; --j) order[j] = order[j - 1];
+    order[j] = v;
+  }
+}
+
+// The discrete decisions (no gradient flows through them) of every token in one pass: b(x), the
+// shared blocks, k(x), the chosen experts, and the pairs unit-major with tokens ascending inside
+// a unit (shared (b, t); residual (j, b, t) on the complementary blocks). src_P indexes
+// [alpha_T, probs_TK flattened]: the pair's weight. One loop instead of some thirty small
+// tensor ops (sorts, cumsum, scatters, nonzeros), which took a tenth of the layer's time.
+struct Decisions {
+  at::Tensor b_T, k_T, blocks_T, shared_TB, chosen_TK, token_P, unit_P, src_P;
+};
+
+template <typename scalar_t>
+Decisions decide(const at::Tensor& alpha_T, const at::Tensor& probs_TK, const at::Tensor& priority_TB,
+                 const UniFOptions& opt) {
+  const int64_t T = probs_TK.size(0), K = probs_TK.size(1), B = opt.blocks, U = (K + 1) * B;
+  const auto idx = at::TensorOptions().dtype(at::kLong);
+  Decisions d;
+  d.b_T = at::empty({T}, idx);
+  d.k_T = at::empty({T}, idx);
+  d.shared_TB = at::zeros({T, B}, at::kBool);
+  d.chosen_TK = at::zeros({T, K}, at::kBool);
+  const auto* alpha = alpha_T.data_ptr<scalar_t>();
+  const auto* probs = probs_TK.data_ptr<scalar_t>();
+  const scalar_t* priority = opt.prefix_blocks ? nullptr : priority_TB.data_ptr<scalar_t>();
+  auto* b_T = d.b_T.data_ptr<int64_t>();
+  auto* k_T = d.k_T.data_ptr<int64_t>();
+  auto* shared = d.shared_TB.data_ptr<bool>();
+  auto* chosen = d.chosen_TK.data_ptr<bool>();
+  std::vector<int64_t> count(U + 1, 0), order_B(B), order_K(K);
+  for (int64_t t = 0; t < T; ++t) {
+    const scalar_t a = alpha[t];
+    // rounding halves up; the clamp only matters where sigmoid saturates to exactly 0 or 1
+    const int64_t b =
+        std::clamp<int64_t>(static_cast<int64_t>(std::floor(a * static_cast<scalar_t>(B) + scalar_t(0.5))), 1, B - 1);
+    // the b blocks of highest priority are shared (ties: the lower block first)
+    if (priority)
+      rank_descending(priority + t * B, order_B);
+    else
+      std::iota(order_B.begin(), order_B.end(), 0);
+    for (int64_t i = 0; i < b; ++i) shared[t * B + order_B[i]] = true;
+    // the shortest prefix of p (descending, ties: the lower expert first) whose mass reaches 1 - alpha
+    const scalar_t* p = probs + t * K;
+    rank_descending(p, order_K);
+    int64_t k = 0;
+    if (opt.residual_top_k > 0) {
+      k = std::min(opt.residual_top_k, K);
+    } else {
+      double mass = 0;
+      const double demand = scalar_t(1) - a;
+      while (k < K && mass < demand) mass += p[order_K[k++]];
+    }
+    k = std::clamp<int64_t>(k, 1, K);
+    for (int64_t i = 0; i < k; ++i) chosen[t * K + order_K[i]] = true;
+    b_T[t] = b;
+    k_T[t] = k;
+    for (int64_t j = 0; j < B; ++j) {
+      if (shared[t * B + j]) {
+        ++count[j + 1];
+        continue;
+      }
+      for (int64_t q = 0; q < K; ++q) count[(q + 1) * B + j + 1] += chosen[t * K + q];
+    }
+  }
+  for (int64_t u = 0; u < U; ++u) count[u + 1] += count[u];  // count[u] = the first pair of unit u
+  const int64_t P = count[U];
+  d.token_P = at::empty({P}, idx);
+  d.unit_P = at::empty({P}, idx);
+  d.src_P = at::empty({P}, idx);
+  auto* token_P = d.token_P.data_ptr<int64_t>();
+  auto* unit_P = d.unit_P.data_ptr<int64_t>();
+  auto* src_P = d.src_P.data_ptr<int64_t>();
+  auto put = [&](int64_t u, int64_t t, int64_t src) {
+    const int64_t i = count[u]++;
+    token_P[i] = t;
+    unit_P[i] = u;
+    src_P[i] = src;
+  };
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < B; ++j) {
+      if (shared[t * B + j]) {
+        put(j, t, t);
+        continue;
+      }
+      for (int64_t q = 0; q < K; ++q)
+        if (chosen[t * K + q]) put((q + 1) * B + j, t, T + t * K + q);
+    }
+  d.blocks_T = d.b_T + d.k_T * (B - d.b_T);
+  return d;
+}
+
+}  // namespace
+
 UniFRouting unif_route(const at::Tensor& logits_TJ, const at::Tensor& priority_TB, const UniFOptions& opt) {
   const int64_t T = logits_TJ.size(0), K = logits_TJ.size(1) - 1, B = opt.blocks;
-  const auto idx = logits_TJ.options().dtype(at::kLong);
   const double tau = unif_tau(B);
   UniFRouting r;
   r.alpha_T = opt.fixed_alpha > 0 ? at::full({T}, opt.fixed_alpha, logits_TJ.options())
                                   : tau + (1 - 2 * tau) * at::sigmoid(logits_TJ.select(1, 0));
   r.probs_TK = at::softmax(logits_TJ.narrow(1, 1, K), 1);
-  auto alpha = r.alpha_T.detach();
-  // b(x): rounding halves up; the clamp only matters where sigmoid saturates to exactly 0 or 1
-  r.b_T = at::floor(alpha * static_cast<double>(B) + 0.5).to(at::kLong).clamp(1, B - 1);
-
-  // what to share: the b(x) blocks of highest priority (ties: the lower block first)
-  auto order_TB = opt.prefix_blocks ? at::arange(B, idx).expand({T, B})
-                                    : std::get<1>(priority_TB.detach().sort(/*stable=*/true, 1, /*descending=*/true));
-  auto first_TB = at::arange(B, idx).unsqueeze(0) < r.b_T.unsqueeze(1);  // by rank
-  r.shared_TB = at::zeros({T, B}, idx.dtype(at::kBool)).scatter(1, order_TB, first_TB);
-
-  // how many residual experts: the shortest prefix of p (descending) whose mass reaches 1 - alpha
-  auto [sorted_TK, rank_order_TK] = r.probs_TK.detach().sort(/*stable=*/true, 1, /*descending=*/true);
-  if (opt.residual_top_k > 0) {
-    r.k_T = at::full({T}, std::min(opt.residual_top_k, K), idx);
-  } else {
-    auto before_TK = sorted_TK.cumsum(1) - sorted_TK;  // mass strictly before rank i
-    r.k_T = (before_TK < (1 - alpha).unsqueeze(1)).sum(1).clamp(1, K);
-  }
-  auto take_TK = at::arange(K, idx).unsqueeze(0) < r.k_T.unsqueeze(1);
-  r.chosen_TK = at::zeros({T, K}, idx.dtype(at::kBool)).scatter(1, rank_order_TK, take_TK);
-  r.blocks_T = r.b_T + r.k_T * (B - r.b_T);
-
-  // pairs, unit-major (dispatch needs no sort): shared (b, t) with weight alpha; residual
-  // (j, b, t) on the complementary blocks with weight p_j
-  auto shared = r.shared_TB.t().nonzero();  // [n, 2]: (block, token)
-  auto s_block = shared.select(1, 0), s_token = shared.select(1, 1);
-  auto residual = (r.chosen_TK.t().unsqueeze(1) & r.shared_TB.logical_not().t().unsqueeze(0)).nonzero();  // [m, 3]
-  auto r_expert = residual.select(1, 0), r_block = residual.select(1, 1), r_token = residual.select(1, 2);
+  // the decisions are made on the host (a device's logits are copied there once)
+  auto host = [](const at::Tensor& t) { return t.detach().to(at::kCPU).contiguous(); };
+  const auto priority = opt.prefix_blocks ? at::Tensor() : host(priority_TB.to(logits_TJ.scalar_type()));
+  Decisions d;
+  AT_DISPATCH_FLOATING_TYPES(logits_TJ.scalar_type(), "unif_route",
+                             [&] { d = decide<scalar_t>(host(r.alpha_T), host(r.probs_TK), priority, opt); });
+  const auto device = logits_TJ.device();
+  r.b_T = d.b_T.to(device);
+  r.k_T = d.k_T.to(device);
+  r.blocks_T = d.blocks_T.to(device);
+  r.shared_TB = d.shared_TB.to(device);
+  r.chosen_TK = d.chosen_TK.to(device);
   auto& a = r.assignment;
-  a.token_P = at::cat({s_token, r_token});
-  a.unit_P = at::cat({s_block, (r_expert + 1) * B + r_block});
-  a.weight_P = at::cat({r.alpha_T.index_select(0, s_token), r.probs_TK.index({r_token, r_expert})});
+  a.token_P = d.token_P.to(device);
+  a.unit_P = d.unit_P.to(device);
+  a.weight_P = at::cat({r.alpha_T, r.probs_TK.reshape({-1})}).index_select(0, d.src_P.to(device));
   a.sorted_by_unit = true;
   a.num_tokens = T;
   a.num_units = (K + 1) * B;

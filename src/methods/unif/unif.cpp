@@ -49,12 +49,21 @@ at::Tensor UniFExtension::forward_routed(MoEFeedForward& slot, const at::Tensor&
         "(expert, block) units and are not supported by them");
   const int64_t B = options_.blocks, K = slot.experts->num_units() - 1;
   auto x = x_TD.scalar_type() == at::kDouble ? x_TD : x_TD.to(at::kFloat);  // router math in float32 at least
-  auto logits_TJ = at::matmul(x, slot.gate->weight.to(x.scalar_type()).t());
-  at::Tensor priority_TB;
+  // one pass over x for the router and the block priorities x . mu_b: an [T, D] x [D, 7 + 8]
+  // product costs OpenBLAS about what each narrow one does alone
+  auto w_JD = slot.gate->weight.to(x.scalar_type());
+  const int64_t J = w_JD.size(0);
   if (!options_.prefix_blocks) {
-    torch::NoGradGuard no_grad;  // the block choice is discrete: no gradient through mu
-    priority_TB = at::matmul(x, unif_prototypes(*slot.experts, B).to(x.scalar_type()).t());
+    at::Tensor mu_BD;
+    {
+      torch::NoGradGuard no_grad;  // the block choice is discrete: no gradient through mu
+      mu_BD = unif_prototypes(*slot.experts, B).to(x.scalar_type());
+    }
+    w_JD = at::cat({w_JD, mu_BD});
   }
+  auto scores = at::matmul(x, w_JD.t());
+  auto logits_TJ = scores.narrow(1, 0, J);
+  auto priority_TB = options_.prefix_blocks ? at::Tensor() : scores.narrow(1, J, B).detach();
   auto r = unif_route(logits_TJ, priority_TB, options_);
   ExpertBlocks units(*slot.experts, B);
   auto y_TD = units.add_output_bias(dispatch(x_TD, r.assignment, units).y_TD, r.weight_TJ);
