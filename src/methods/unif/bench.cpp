@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/timing.h"
 #include "methods/unif/unif.h"
 #include "model/params.h"
@@ -56,7 +58,9 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt) {
     };
     std::vector<UniFBenchRow> scale_rows;
     for (size_t i = 0; i < layers.size(); ++i) {
-      UniFBenchRow r{layers[i].first, scale};
+      UniFBenchRow r;
+      r.layer = layers[i].first;
+      r.input_scale = scale;
       infer(*slots[i]);  // warm-up, and the routing statistics
       r.mean_blocks =
           slots[i]->last_stats().mean_units_per_token * (r.layer == "unif" ? 1.0 : static_cast<double>(opt.blocks));
@@ -67,12 +71,23 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt) {
     for (int round = 0; round < opt.iters; ++round)
       for (size_t i = 0; i < slots.size(); ++i) {
         auto& r = scale_rows[i];
-        r.infer_seconds = std::min(r.infer_seconds, seconds([&] { infer(*slots[i]); }));
+        r.infer_rounds.push_back(seconds([&] { infer(*slots[i]); }));
+        r.infer_seconds = std::min(r.infer_seconds, r.infer_rounds.back());
         r.train_seconds = std::min(r.train_seconds, seconds([&] { train(*slots[i]); }));
       }
     rows.insert(rows.end(), scale_rows.begin(), scale_rows.end());
   }
   return rows;
+}
+
+double median_round_ratio(const UniFBenchRow& row, const UniFBenchRow& base) {
+  std::vector<double> ratio;
+  for (size_t i = 0; i < row.infer_rounds.size() && i < base.infer_rounds.size(); ++i)
+    ratio.push_back(row.infer_rounds[i] / base.infer_rounds[i]);
+  if (ratio.empty()) return row.infer_seconds / base.infer_seconds;
+  std::sort(ratio.begin(), ratio.end());
+  const size_t n = ratio.size();
+  return n % 2 ? ratio[n / 2] : (ratio[n / 2 - 1] + ratio[n / 2]) / 2;
 }
 
 }  // namespace mf

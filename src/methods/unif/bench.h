@@ -20,11 +20,16 @@ struct UniFBenchOptions {
 struct UniFBenchRow {
   std::string layer;  // "unif", "top-2", "top-1"
   double input_scale = 1;
-  double mean_blocks = 0;    // activated (expert, block) units per token
-  double infer_seconds = 0;  // forward without grad
-  double train_seconds = 0;  // forward + backward
+  double mean_blocks = 0;            // activated (expert, block) units per token
+  double infer_seconds = 0;          // forward without grad (best round)
+  double train_seconds = 0;          // forward + backward (best round)
+  std::vector<double> infer_rounds;  // forward without grad, each round
 };
 
 std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt);
+
+// The median over rounds of row's inference time over base's in the same round: layers run in
+// turns, so a slow phase of a shared machine hits both sides of each ratio alike.
+double median_round_ratio(const UniFBenchRow& row, const UniFBenchRow& base);
 
 }  // namespace mf
