@@ -1,6 +1,7 @@
 #include "moe/fused_units.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/simd.h"
 
@@ -28,9 +29,9 @@ std::shared_ptr<PackedUnits> pack(const at::Tensor& gate_up, const at::Tensor& d
   p->blocks = blocks;
   p->D = D;
   p->M = M;
-  p->Mp = round_up(M, kPanel);
+  p->Mp = round_up(M, kPad);
   p->n1 = swiglu ? 2 * p->Mp : p->Mp;
-  p->Dp = round_up(D, kPanel);
+  p->Dp = round_up(D, kPad);
   p->swiglu = swiglu;
   const auto f32 = down.options().dtype(at::kFloat);
   p->w1_UDN = at::zeros({U, D, p->n1}, f32);
@@ -72,25 +73,36 @@ std::shared_ptr<const PackedUnits> UnitPack::get(const at::Tensor& gate_up, cons
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 namespace {
 
-constexpr int kRows = 8, kVecs = 3, kWidth = 16;  // an 8 x 48 tile: 24 accumulators
-static_assert(kVecs * kWidth == kPanel, "a panel is one tile wide");
+constexpr int kRows = 8, kWidth = 16;  // tiles of 8 rows x up to 3 vectors: 24 accumulators
+static_assert(kWidth == kPad, "widths are padded to whole vectors");
 typedef float Vec __attribute__((vector_size(kWidth * sizeof(float)), aligned(4), may_alias));
 
 MF_ALWAYS_INLINE Vec load(const float* p) { return *reinterpret_cast<const Vec*>(p); }
 
 // acc[r][v] = sum_k a[r][k] w[k ldw + v kWidth .. + kWidth)   (a[r]: row r, read through its pointer)
+template <int NV>
 MF_ALWAYS_INLINE void tile(const float* const (&a)[kRows], int64_t K, const float* w, int64_t ldw,
-                           Vec (&acc)[kRows][kVecs]) {
+                           Vec (&acc)[kRows][NV]) {
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = Vec{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
   for (int64_t k = 0; k < K; ++k) {
-    Vec wk[kVecs];
-    for (int v = 0; v < kVecs; ++v) wk[v] = load(w + k * ldw + v * kWidth);
+    Vec wk[NV];
+    for (int v = 0; v < NV; ++v) wk[v] = load(w + k * ldw + v * kWidth);
     for (int r = 0; r < kRows; ++r) {
       const float s = a[r][k];
-      for (int v = 0; v < kVecs; ++v) acc[r][v] += s * wk[v];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
     }
   }
+}
+
+// fn(NV, col) over the columns [0, n) (n: whole vectors) in panels of 3 vectors, the rest in one
+// panel of 1 or 2: a narrow unit (M = 24 in the ViT's blocks) computes no padding beyond a vector
+template <typename Fn>
+MF_ALWAYS_INLINE void each_panel(int64_t n, Fn&& fn) {
+  int64_t col = 0;
+  for (; col + 3 * kWidth <= n; col += 3 * kWidth) fn(std::integral_constant<int, 3>(), col);
+  if (n - col == 2 * kWidth) fn(std::integral_constant<int, 2>(), col);
+  if (n - col == kWidth) fn(std::integral_constant<int, 1>(), col);
 }
 
 // rows r0 .. r0 + kRows of `count` (the last one repeated past the end)
@@ -109,16 +121,18 @@ void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const in
   for (int64_t c0 = 0; c0 < n; c0 += kFusedChunk) {
     const int64_t cn = std::min(kFusedChunk, n - c0);
     // H = X W1^T + b1   [cn, n1]
-    for (int64_t col = 0; col < p.n1; col += kPanel)
+    each_panel(p.n1, [&](auto nv, int64_t col) {
+      constexpr int NV = decltype(nv)::value;
       for (int64_t r0 = 0; r0 < cn; r0 += kRows) {
         const float* a[kRows];
         tile_rows(a, r0, cn, [&](int64_t r) { return x + token[c0 + r] * D; });
-        Vec acc[kRows][kVecs];
-        tile(a, D, w1 + col, p.n1, acc);
+        Vec acc[kRows][NV];
+        tile<NV>(a, D, w1 + col, p.n1, acc);
         for (int r = 0; r < kRows && r0 + r < cn; ++r)
-          for (int v = 0; v < kVecs; ++v)
+          for (int v = 0; v < NV; ++v)
             *reinterpret_cast<Vec*>(h + (r0 + r) * p.n1 + col + v * kWidth) = acc[r][v] + load(b1 + col + v * kWidth);
       }
+    });
     // A = act(H), in place in H's first Mp columns (padding stays 0: gelu(0) = silu(0) 0 = 0)
     auto gate = at::from_blob(h, {cn, p.Mp}, {p.n1, 1}, at::TensorOptions().dtype(at::kFloat));
     if (p.swiglu)
@@ -126,16 +140,17 @@ void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const in
     else
       at::gelu_(gate);
     // y[token] += weight (A W2^T + b2)
-    for (int64_t col = 0; col < p.Dp; col += kPanel)
+    each_panel(p.Dp, [&](auto nv, int64_t col) {
+      constexpr int NV = decltype(nv)::value;
       for (int64_t r0 = 0; r0 < cn; r0 += kRows) {
         const float* a[kRows];
         tile_rows(a, r0, cn, [&](int64_t r) { return h + r * p.n1; });
-        Vec acc[kRows][kVecs];
-        tile(a, p.M, w2 + col, p.Dp, acc);
+        Vec acc[kRows][NV];
+        tile<NV>(a, p.M, w2 + col, p.Dp, acc);
         for (int r = 0; r < kRows && r0 + r < cn; ++r) {
           float* yr = y + token[c0 + r0 + r] * D;
           const float s = weight[c0 + r0 + r];
-          for (int v = 0; v < kVecs; ++v) {
+          for (int v = 0; v < NV; ++v) {
             const int64_t c = col + v * kWidth;
             const Vec out = s * (b2 ? acc[r][v] + load(b2 + c) : acc[r][v]);
             if (c + kWidth <= D) {
@@ -146,6 +161,7 @@ void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const in
           }
         }
       }
+    });
   }
 }
 

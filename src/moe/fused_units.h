@@ -5,9 +5,9 @@
 // pointer) and the weighted combine into the down projection's stores: no [P, D] copies of rows
 // and outputs, which cost UniF-MoE's narrow blocks (one copy of x per token and block) more than
 // their GEMMs' rate made up. Rows go through in chunks of kFusedChunk; each projection runs
-// panel by panel (kPanel output columns, whose weights stay in L2) over 8-row tiles.
+// panel by panel (48 output columns, whose weights stay in L2) over 8-row tiles.
 //
-// The kernel reads the weights transposed and padded to whole panels (UnitPack), packed once and
+// The kernel reads the weights transposed and padded to whole vectors (UnitPack), packed once and
 // kept until a weight tensor changes (its data pointer, shape or version counter: whoever writes
 // weights through their data pointer bumps the version, as fused_adamw and the safetensors reader
 // do). OpenBLAS repacks its operands on every call instead.
@@ -20,12 +20,12 @@
 
 namespace mf {
 
-inline constexpr int64_t kPanel = 48;        // output columns per panel: 3 AVX-512 vectors
+inline constexpr int64_t kPad = 16;          // widths are padded to whole AVX-512 vectors
 inline constexpr int64_t kFusedChunk = 128;  // rows per chunk (the hidden activations stay in L2)
 
 // Unit u = (expert u / blocks, block u % blocks) of gate_up [E, 2F|F, D] and down [E, D, F],
 // M = F / blocks channels each, padded: n1 = Mp (GELU) or 2 Mp (SwiGLU: gate at 0, up at Mp)
-// with Mp = M rounded up to kPanel, and Dp = D rounded up likewise (padding holds zeros).
+// with Mp = M rounded up to kPad, and Dp = D rounded up likewise (padding holds zeros).
 struct PackedUnits {
   int64_t blocks = 0, D = 0, M = 0, Mp = 0, n1 = 0, Dp = 0;
   bool swiglu = false;

@@ -8,7 +8,10 @@
 
 #include "core/timing.h"
 #include "model/small_attention.h"
+#include "moe/banks.h"
 #include "moe/combine.h"
+#include "moe/fused_units.h"
+#include "moe/grouped_ffn.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -110,11 +113,36 @@ KernelBenchRow adamw_row(int iters) {
       });
 }
 
+// The inference path of expert units against the gather -> GEMM -> combine path it replaces, at
+// `bench unif`'s shape: UniF-MoE's (expert, block) units (B = 8, 12.65 of them per token) and
+// top-2 over whole experts.
+KernelBenchRow units_row(int iters, int64_t blocks, int64_t per_token) {
+  const int64_t T = 4096, D = 384, F = 1536, E = 7, U = E * blocks, P = T * per_token;
+  ExpertBank bank(E, D, F, Activation::GELU, /*bias=*/true);
+  auto x = torch::randn({T, D});
+  // pairs sorted by unit, tokens ascending inside a unit, as the dispatcher hands them over
+  auto key_P = std::get<0>(torch::randint(U * T, {P}, torch::kLong).sort());
+  auto unit_P = key_P.div(T, "floor"), token_P = key_P.remainder(T);
+  auto weight_P = torch::rand({P});
+  auto counts = torch::bincount(unit_P, {}, U);
+  torch::NoGradGuard no_grad;
+  auto run = [&](UnitPack* pack) {
+    return std::vector<at::Tensor>{grouped_ffn_combined(
+        x, token_P, weight_P, counts, bank.gate_up_proj, bank.down_proj, false, bank.gate_up_proj_bias,
+        blocks == 1 ? bank.down_proj_bias : at::Tensor(), blocks, kCombinedChunkHidden, pack)};
+  };
+  return compare(
+      fmt::format("expert units, inference ({})", blocks == 1 ? "whole experts" : "blocks"),
+      fmt::format("T={} D={} F={} E={} B={} P={}{}", T, D, F, E, blocks, P,
+                  fused_units_available(x) ? "" : " (no AVX-512: both take the gather path)"),
+      iters, [&] { return run(bank.unit_pack()); }, [&] { return run(nullptr); });
+}
+
 }  // namespace
 
 std::vector<KernelBenchRow> bench_kernels(int iters) {
   torch::manual_seed(0);
-  return {combine_row(iters), attention_row(iters), adamw_row(iters)};
+  return {combine_row(iters), attention_row(iters), adamw_row(iters), units_row(iters, 8, 13), units_row(iters, 1, 2)};
 }
 
 }  // namespace mf

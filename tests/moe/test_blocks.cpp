@@ -136,10 +136,11 @@ TEST(ExpertBlocks, CombinedPathRefusesGradModeAndSortedPairsSkipTheSort) {
 }
 
 // The fused kernel (gather and combine inside the GEMMs, moe/fused_units.h) against the float64
-// reference: widths that are not whole panels (D = 50: one full panel and a 2-column tail;
-// M = 7 or 21 of a 48-wide panel), units over a 128-row chunk (rows 1 to 130 of one unit), an
-// empty unit, B = 1 with the output bias, 1 and 2 threads. Then a weight changed in place must
-// reach the kernel (the pack is keyed on the version counter).
+// reference: widths that are not whole panels or vectors (D = 50: a 48-column panel, then a
+// 16-column one of which 2 columns are real; M = 7 or 21 hidden channels, padded to 16 or 32,
+// twice that for SwiGLU's gate and up: panels of 1, 2 and 3 + 1 vectors), units over a 128-row chunk (130 rows), an
+// empty unit, B = 1 with the output bias, 1 and 2 threads. Then a weight changed in place must reach the kernel (the
+// pack is keyed on the version counter).
 TEST(ExpertBlocks, FusedKernelMatchesTheReference) {
   if (!fused_units_available(torch::zeros({1}))) GTEST_SKIP() << "the fused kernel needs an AVX-512 CPU";
   torch::manual_seed(11);
