@@ -97,6 +97,7 @@ class GlooGroup : public DataParallel {
     for (auto& t : tensors) {
       std::vector<at::Tensor> one = {t};
       run([&] { return pg_->broadcast(one); });
+      t.unsafeGetTensorImpl()->bump_version();  // written in place by Gloo: caches keyed on the version see it
     }
   }
   void all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_rows,

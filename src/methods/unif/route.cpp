@@ -1,5 +1,7 @@
 #include "methods/unif/route.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -25,11 +27,12 @@ void rank_descending(const scalar_t* value, std::vector<int64_t>& order) {
   }
 }
 
-// The discrete decisions (no gradient flows through them) of every token in one pass: b(x), the
-// shared blocks, k(x), the chosen experts, and the pairs unit-major with tokens ascending inside
-// a unit (shared (b, t); residual (j, b, t) on the complementary blocks). src_P indexes
-// [alpha_T, probs_TK flattened]: the pair's weight. One loop instead of some thirty small
-// tensor ops (sorts, cumsum, scatters, nonzeros), which took a tenth of the layer's time.
+// The discrete decisions (no gradient flows through them) of every token: b(x), the shared
+// blocks, k(x), the chosen experts, and the pairs unit-major with tokens ascending inside a unit
+// (shared (b, t); residual (j, b, t) on the complementary blocks). src_P indexes [alpha_T,
+// probs_TK flattened]: the pair's weight. Two passes over contiguous token ranges, one range per
+// thread (a counting sort: ranges' counts per unit give each range its slots), instead of some
+// thirty small tensor ops (sorts, cumsum, scatters, nonzeros) that took a tenth of the layer.
 struct Decisions {
   at::Tensor b_T, k_T, blocks_T, shared_TB, chosen_TK, token_P, unit_P, src_P;
 };
@@ -51,64 +54,79 @@ Decisions decide(const at::Tensor& alpha_T, const at::Tensor& probs_TK, const at
   auto* k_T = d.k_T.data_ptr<int64_t>();
   auto* shared = d.shared_TB.data_ptr<bool>();
   auto* chosen = d.chosen_TK.data_ptr<bool>();
-  std::vector<int64_t> count(U + 1, 0), order_B(B), order_K(K);
-  for (int64_t t = 0; t < T; ++t) {
-    const scalar_t a = alpha[t];
-    // rounding halves up; the clamp only matters where sigmoid saturates to exactly 0 or 1
-    const int64_t b =
-        std::clamp<int64_t>(static_cast<int64_t>(std::floor(a * static_cast<scalar_t>(B) + scalar_t(0.5))), 1, B - 1);
-    // the b blocks of highest priority are shared (ties: the lower block first)
-    if (priority)
-      rank_descending(priority + t * B, order_B);
-    else
-      std::iota(order_B.begin(), order_B.end(), 0);
-    for (int64_t i = 0; i < b; ++i) shared[t * B + order_B[i]] = true;
-    // the shortest prefix of p (descending, ties: the lower expert first) whose mass reaches 1 - alpha
-    const scalar_t* p = probs + t * K;
-    rank_descending(p, order_K);
-    int64_t k = 0;
-    if (opt.residual_top_k > 0) {
-      k = std::min(opt.residual_top_k, K);
-    } else {
-      double mass = 0;
-      const double demand = scalar_t(1) - a;
-      while (k < K && mass < demand) mass += p[order_K[k++]];
-    }
-    k = std::clamp<int64_t>(k, 1, K);
-    for (int64_t i = 0; i < k; ++i) chosen[t * K + order_K[i]] = true;
-    b_T[t] = b;
-    k_T[t] = k;
-    for (int64_t j = 0; j < B; ++j) {
-      if (shared[t * B + j]) {
-        ++count[j + 1];
-        continue;
+  const int64_t ranges = T >= 1024 ? std::max(1, at::get_num_threads()) : 1, per = (T + ranges - 1) / ranges;
+  std::vector<std::vector<int64_t>> count(ranges, std::vector<int64_t>(U, 0));  // then: each range's next slot
+  at::parallel_for(0, ranges, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> order_B(B), order_K(K);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t t = r * per; t < std::min(T, (r + 1) * per); ++t) {
+        const scalar_t a = alpha[t];
+        // rounding halves up; the clamp only matters where sigmoid saturates to exactly 0 or 1
+        const int64_t b = std::clamp<int64_t>(
+            static_cast<int64_t>(std::floor(a * static_cast<scalar_t>(B) + scalar_t(0.5))), 1, B - 1);
+        // the b blocks of highest priority are shared (ties: the lower block first)
+        if (priority)
+          rank_descending(priority + t * B, order_B);
+        else
+          std::iota(order_B.begin(), order_B.end(), 0);
+        // the shortest prefix of p (descending, ties: the lower expert first) whose mass reaches 1 - alpha
+        const scalar_t* p = probs + t * K;
+        rank_descending(p, order_K);
+        int64_t k = 0;
+        if (opt.residual_top_k > 0) {
+          k = std::min(opt.residual_top_k, K);
+        } else {
+          double mass = 0;
+          const double demand = scalar_t(1) - a;
+          while (k < K && mass < demand) mass += p[order_K[k++]];
+        }
+        k = std::clamp<int64_t>(k, 1, K);
+        b_T[t] = b;
+        k_T[t] = k;
+        auto& c = count[r];
+        for (int64_t i = 0; i < b; ++i) {
+          shared[t * B + order_B[i]] = true;
+          ++c[order_B[i]];
+        }
+        for (int64_t i = 0; i < k; ++i) {
+          chosen[t * K + order_K[i]] = true;
+          for (int64_t j = b; j < B; ++j) ++c[(order_K[i] + 1) * B + order_B[j]];
+        }
       }
-      for (int64_t q = 0; q < K; ++q) count[(q + 1) * B + j + 1] += chosen[t * K + q];
+  });
+  int64_t P = 0;
+  for (int64_t u = 0; u < U; ++u)
+    for (auto& c : count) {
+      const int64_t n = c[u];
+      c[u] = P;  // the range's first slot in unit u
+      P += n;
     }
-  }
-  for (int64_t u = 0; u < U; ++u) count[u + 1] += count[u];  // count[u] = the first pair of unit u
-  const int64_t P = count[U];
   d.token_P = at::empty({P}, idx);
   d.unit_P = at::empty({P}, idx);
   d.src_P = at::empty({P}, idx);
   auto* token_P = d.token_P.data_ptr<int64_t>();
   auto* unit_P = d.unit_P.data_ptr<int64_t>();
   auto* src_P = d.src_P.data_ptr<int64_t>();
-  auto put = [&](int64_t u, int64_t t, int64_t src) {
-    const int64_t i = count[u]++;
-    token_P[i] = t;
-    unit_P[i] = u;
-    src_P[i] = src;
-  };
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < B; ++j) {
-      if (shared[t * B + j]) {
-        put(j, t, t);
-        continue;
-      }
-      for (int64_t q = 0; q < K; ++q)
-        if (chosen[t * K + q]) put((q + 1) * B + j, t, T + t * K + q);
+  at::parallel_for(0, ranges, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      auto& slot = count[r];
+      auto put = [&](int64_t u, int64_t t, int64_t src) {
+        const int64_t i = slot[u]++;
+        token_P[i] = t;
+        unit_P[i] = u;
+        src_P[i] = src;
+      };
+      for (int64_t t = r * per; t < std::min(T, (r + 1) * per); ++t)
+        for (int64_t j = 0; j < B; ++j) {
+          if (shared[t * B + j]) {
+            put(j, t, t);
+            continue;
+          }
+          for (int64_t q = 0; q < K; ++q)
+            if (chosen[t * K + q]) put((q + 1) * B + j, t, T + t * K + q);
+        }
     }
+  });
   d.blocks_T = d.b_T + d.k_T * (B - d.b_T);
   return d;
 }

@@ -347,3 +347,35 @@ TEST(UniFDiagnostics, ResidualSplitAndDemand) {
   auto all = split_residual(bank, aligned_positions(bank, -2.0), x, pair, w);
   EXPECT_TRUE((residual_demand(all, torch::cat({rest, pair}, 1), 1e-9) == 1).all().item<bool>());
 }
+
+// The pairs come unit-major, tokens ascending inside a unit (dispatch trusts sorted_by_unit), one
+// per activated block, and the same whether one thread or two (token ranges per thread) build them.
+TEST(UniFRoute, PairsAreUnitMajorAndTheSameOnTwoThreads) {
+  torch::manual_seed(3);
+  const int64_t T = 3000, B = 8, K = 6;
+  auto logits = torch::randn({T, K + 1}) * 2;
+  auto priority = torch::randn({T, B});
+  UniFOptions o;
+  o.blocks = B;
+  at::set_num_threads(1);
+  auto one = unif_route(logits, priority, o);
+  at::set_num_threads(2);
+  auto two = unif_route(logits, priority, o);
+  at::set_num_threads(1);
+  for (auto [a, b] : {std::pair{one.assignment.token_P, two.assignment.token_P},
+                      {one.assignment.unit_P, two.assignment.unit_P},
+                      {one.b_T, two.b_T},
+                      {one.k_T, two.k_T}})
+    EXPECT_TRUE(torch::equal(a, b));
+  EXPECT_TRUE(torch::equal(one.assignment.weight_P, two.assignment.weight_P));
+  EXPECT_TRUE(torch::equal(one.shared_TB, two.shared_TB));
+  EXPECT_TRUE(torch::equal(one.chosen_TK, two.chosen_TK));
+  auto key = one.assignment.unit_P * T + one.assignment.token_P;  // strictly increasing: sorted, no duplicates
+  EXPECT_TRUE((key.narrow(0, 1, key.numel() - 1) > key.narrow(0, 0, key.numel() - 1)).all().item<bool>());
+  EXPECT_EQ(key.numel(), one.blocks_T.sum().item<int64_t>());
+  // each pair's weight is alpha (shared expert) or the chosen expert's probability
+  auto u = one.assignment.unit_P, t = one.assignment.token_P;
+  auto expected = torch::where(u < B, one.alpha_T.index_select(0, t),
+                               one.probs_TK.index({t, (u.div(B, "floor") - 1).clamp_min(0)}));
+  EXPECT_TRUE(torch::equal(one.assignment.weight_P, expected));
+}
