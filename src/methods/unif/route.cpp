@@ -108,6 +108,7 @@ Decisions decide(const at::Tensor& alpha_T, const at::Tensor& probs_TK, const at
   auto* unit_P = d.unit_P.data_ptr<int64_t>();
   auto* src_P = d.src_P.data_ptr<int64_t>();
   at::parallel_for(0, ranges, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> experts(K);
     for (int64_t r = r0; r < r1; ++r) {
       auto& slot = count[r];
       auto put = [&](int64_t u, int64_t t, int64_t src) {
@@ -116,15 +117,18 @@ Decisions decide(const at::Tensor& alpha_T, const at::Tensor& probs_TK, const at
         unit_P[i] = u;
         src_P[i] = src;
       };
-      for (int64_t t = r * per; t < std::min(T, (r + 1) * per); ++t)
+      for (int64_t t = r * per; t < std::min(T, (r + 1) * per); ++t) {
+        int64_t k = 0;
+        for (int64_t q = 0; q < K; ++q)
+          if (chosen[t * K + q]) experts[k++] = q;
         for (int64_t j = 0; j < B; ++j) {
           if (shared[t * B + j]) {
             put(j, t, t);
             continue;
           }
-          for (int64_t q = 0; q < K; ++q)
-            if (chosen[t * K + q]) put((q + 1) * B + j, t, T + t * K + q);
+          for (int64_t i = 0; i < k; ++i) put((experts[i] + 1) * B + j, t, T + t * K + experts[i]);
         }
+      }
     }
   });
   d.blocks_T = d.b_T + d.k_T * (B - d.b_T);
