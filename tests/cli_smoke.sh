@@ -34,7 +34,7 @@ closes_with_limits() {
 import sys
 text = open(sys.argv[1]).read()
 head, sep, limits = text.rpartition("\n## What this miniature can and cannot show\n")
-assert sep and "[report.html]" in head and "##" not in limits and "unigram entropy (" in limits, limits
+assert sep and "[report.html]" in head and "##" not in limits and "unigram entropy" in limits, limits
 PY
 }
 
@@ -180,7 +180,13 @@ expect_fail 2 "model.moe.unipool.groups" -- "$MF" train tiny.toml "${POOL[@]}" -
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro.txt 2>&1 || { cat repro.txt; fail "repro --quick"; }
 grep -q "full UniPool" repro/results.md && [ -s repro/unipool_heatmap.svg ] || fail "repro results"
+grep -q "\*\*\[primary\]\*\* full UniPool beats vanilla MoE" repro/results.md || fail "repro unipool: primary directions"
 closes_with_limits repro/results.md
+# results.md is a pure function of results.json: --report-only renders the same bytes
+cp repro/results.md repro_first.md && rm repro/results.md
+expect_ok "rendered" -- "$MF" repro unipool --report-only --out repro
+cmp repro/results.md repro_first.md || fail "repro unipool --report-only renders other bytes"
+expect_fail 1 "does not exist" -- "$MF" repro unipool --report-only --out no_such_dir
 # LatentMoE: heterogeneous per-layer latent shapes, shape tools, ID profile + allocation, Jacobian rank
 LAT=(--set model.ffn=moe --set "model.moe.latent.shapes=16,8,4,2,24; 8,16,6,1,0")
 "$MF" train tiny.toml "${LAT[@]}" --set run.name=latent > /dev/null 2>&1 || fail "latent train"
@@ -196,18 +202,18 @@ expect_ok "rank/q" -- "$MF" jacobian runs/latent --samples 8
 "$MF" repro latent --quick --config "$SRC/configs/repro/latent.toml" --out repro_latent \
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000 \
   --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 > repro_latent.txt 2>&1 || { cat repro_latent.txt; fail "repro latent --quick"; }
-grep -q "two_segment" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
+grep -q "U shape: the quadratic coefficient" repro_latent/results.md && [ -s repro_latent/shape_sweep.svg ] || fail "repro latent results"
 closes_with_limits repro_latent/results.md
-# the main sweep holds each layer's cost (ms keeps Q): parameters within rounding; the fixed-ms control does not
-python3 - repro_latent/results.md <<'PY' || fail "repro latent: the shape sweep is not cost-matched"
+cp repro_latent/results.md repro_latent_first.md && cp repro_latent/shape_sweep.svg repro_latent_first.svg
+expect_ok "rendered" -- "$MF" repro latent --report-only --out repro_latent
+cmp repro_latent/results.md repro_latent_first.md && cmp repro_latent/shape_sweep.svg repro_latent_first.svg \
+  || fail "repro latent --report-only renders other bytes"
+# the sweep has no shared expert and one l*m: only the aspect changes
+python3 - repro_latent/results.md <<'PY' || fail "repro latent: the shape sweep is not at fixed l*m without a shared expert"
 import re, sys
-text = open(sys.argv[1]).read()
-main, rest = text.split("Appendix control", 1)
-main = main.split("## (1)", 1)[1]
-params = lambda t: [float(x) for x in re.findall(r"\| ([0-9.]+) M / ", t.split("## (2)")[0])]
-m, f = params(main), params(rest)
-assert len(m) >= 3 and max(m) / min(m) < 1.05, m
-assert max(f) / min(f) > 1.1, f
+sweep = open(sys.argv[1]).read().split("## (1)", 1)[1].split("## (2)")[0]
+shapes = [tuple(map(int, s.split(","))) for s in re.findall(r"\| `([0-9,]+)` \|", sweep)]
+assert len(shapes) == 5 and all(s[4] == 0 for s in shapes) and len({s[0] * s[1] for s in shapes}) == 1, shapes
 PY
 # Vision: a tiny ViT on Fashion-MNIST (dense, then top-2 MoE in alternate blocks); eval writes
 # accuracy, per-class accuracy and a confusion SVG; info knows the task

@@ -13,6 +13,7 @@
 #include "methods/umoe/repro.h"
 #include "methods/unif/repro.h"
 #include "methods/unipool/repro.h"
+#include "train/repro_report.h"
 
 namespace mf::cli {
 namespace {
@@ -23,6 +24,29 @@ void add_repro_options(CLI::App* cmd, ReproArgs& a) {
   cmd->add_option("--seeds", a.seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
   cmd->add_flag("--quick", a.quick, "smoke run: a tiny model, 10 steps, one seed");
   cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
+}
+
+// The drivers whose results.md is rendered from results.json: --report-only renders it again,
+// --lr-sweep trains the reference arm at each learning rate first and records the sweep.
+void add_rendered_options(CLI::App* cmd, ReproArgs& a, bool& report_only) {
+  add_repro_options(cmd, a);
+  cmd->add_flag("--report-only", report_only,
+                "train nothing: render results.md (and the pictures) again from --out's results.json");
+  cmd->add_option("--lr-sweep", a.lr_sweep, "peak learning rates to try on the reference arm, seed 0, first")
+      ->delimiter(',')
+      ->type_name("LR,LR,...");
+}
+
+template <class Collect>
+void run_rendered(const ReproArgs& a, bool report_only, Collect collect) {
+  if (report_only) {
+    rerender_results(a.out);
+    std::cout << "rendered " << (std::filesystem::path(a.out) / "results.md").string() << " from results.json\n";
+    return;
+  }
+  write_results_files(collect(), a.out);
+  std::cout << read_file((std::filesystem::path(a.out) / "results.md").string()) << "\nwrote "
+            << (std::filesystem::path(a.out) / "results.md").string() << "\n";
 }
 
 void add_finetune_options(CLI::App* cmd, int64_t& steps, double& lr) {
@@ -55,25 +79,35 @@ void register_repro_commands(CLI::App& app) {
 
   auto* up = repro->add_subcommand(
       "unipool",
-      "UniPool ablation in miniature: vanilla MoE, shared pool with per-layer or pool aux, NormRouter, "
-      "full UniPool, a half-size pool, G = 2, and the gate-scale controls (softmax x a learnable scale, sigmoid "
-      "router); table with paired differences, heatmaps and routing probe under --out");
-  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}, 3};
-  static bool g2 = true, probe = true;
-  add_repro_options(up, unipool_args);
-  up->add_flag("!--no-g2", g2, "skip the G = 2 arm");
-  up->add_flag("!--no-probe", probe, "skip the routing-randomization probe");
-  up->callback([] { write_results(unipool_repro(unipool_args, g2, probe)); });
+      "UniPool ablation in miniature: vanilla MoE, vanilla x a learnable gate scale, the shared pool with pool aux x "
+      "gate scale, full UniPool and UniPool with half the pool (--all-arms: per-layer aux, unscaled softmax, sigmoid, "
+      "NormRouter alone, G = 2); paired t intervals, heatmaps and the routing probe under --out");
+  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}, 5};
+  static UniPoolReproOptions unipool_opt;
+  static bool unipool_report_only = false;
+  add_rendered_options(up, unipool_args, unipool_report_only);
+  up->add_flag("--all-arms", unipool_opt.all_arms, "also the five secondary ablation arms");
+  up->add_flag("!--no-probe", unipool_opt.probe, "skip the routing-randomization probe");
+  up->callback([] {
+    run_rendered(unipool_args, unipool_report_only, [] { return unipool_repro(unipool_args, unipool_opt); });
+  });
 
   auto* lt = repro->add_subcommand(
       "latent",
-      "LatentMoE in miniature: shape sweep at fixed l*m and layer cost (U shape; fixed-ms control) and the "
-      "ID-guided two-segment allocation vs uniform and swapped, cost-matched");
-  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}, 3};
-  static int64_t multiple = 8;
-  add_repro_options(lt, latent_args);
-  lt->add_option("--multiple", multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
-  lt->callback([] { write_results(latent_repro(latent_args, multiple)); });
+      "LatentMoE in miniature: shape sweep at fixed l*m without a shared expert (U shape: quadratic coefficient in "
+      "log2(l/m)) and, where the proxy's TwoNN profile has a split, the two-segment allocation vs uniform, swapped, "
+      "reversed and moved boundaries, cost-matched");
+  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}, 5};
+  static LatentReproOptions latent_opt;
+  static bool latent_report_only = false;
+  add_rendered_options(lt, latent_args, latent_report_only);
+  lt->add_option("--multiple", latent_opt.multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
+  lt->add_option("--latents", latent_opt.latents, "the sweep's latent widths l (m = l*m / l)")
+      ->delimiter(',')
+      ->type_name("L,L,...");
+  lt->add_option("--sweep-layers", latent_opt.sweep_layers, "model.n_layers of the shape sweep (default: the config's)");
+  lt->callback(
+      [] { run_rendered(latent_args, latent_report_only, [] { return latent_repro(latent_args, latent_opt); }); });
 
   auto* uf = repro->add_subcommand(
       "unif",

@@ -55,6 +55,9 @@ class ScopedBlasThreads {
 };
 
 std::string runtime_summary();
+// The git commit this binary was built from ("<12 hex>", "-dirty" appended when tracked files had
+// uncommitted changes, "unknown" outside git); generated at build time by cmake/git_commit.cmake.
+const char* build_commit();
 
 // VmHWM of this process (0 where /proc is missing); reset_peak_rss() starts it again from
 // the current RSS (Linux: /proc/self/clear_refs), so one process can measure several phases.

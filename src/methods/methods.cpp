@@ -8,9 +8,12 @@
 #include "methods/intb/intb.h"
 #include "methods/intb/smear.h"
 #include "methods/latent/latent.h"
+#include "methods/latent/repro.h"
 #include "methods/unif/unif.h"
+#include "methods/unipool/repro.h"
 #include "methods/unipool/unipool.h"
 #include "model/moe_ffn.h"
+#include "train/repro_report.h"
 
 namespace mf {
 
@@ -22,6 +25,9 @@ void register_builtin_methods() {
     register_unif();
     register_intb();
     register_smear();
+    // the reproductions whose results.md is rendered from results.json
+    register_repro_render("unipool", render_unipool_results);
+    register_repro_render("latent", render_latent_results);
     // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
     register_config_validator([](const Config& c) {
       if (c.model.moe.section<UniFConfig>().blocks == 0) return;

@@ -26,6 +26,7 @@ std::string ReproArgs::command_line(const std::string& name) const {
   if (!config.empty()) s += " --config " + config;
   for (auto& set : sets) s += " --set " + set;
   if (!out.empty()) s += " --out " + out;
+  for (size_t i = 0; i < lr_sweep.size(); ++i) s += (i ? "," : " --lr-sweep ") + lr_sweep[i];
   return s;
 }
 
@@ -75,36 +76,13 @@ std::string loss_against_unigram(const std::vector<double>& losses, const std::s
       range, plateau, near, losses.size());
 }
 
-PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  PairedDifference d;
-  d.seeds = n;
-  if (n == 0) return d;
-  std::vector<double> diff;
-  for (size_t i = 0; i < n; ++i) diff.push_back(a[i] - b[i]);
-  d.mean = std::accumulate(diff.begin(), diff.end(), 0.0) / static_cast<double>(n);
-  if (n < 2) return d;
-  double ss = 0;
-  for (double x : diff) ss += (x - d.mean) * (x - d.mean);
-  d.se = std::sqrt(ss / static_cast<double>(n - 1) / static_cast<double>(n));
-  return d;
-}
-
 std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
                              bool want_positive, const std::string& unit, double scale, int digits) {
-  const auto call = d.call(want_positive);
-  md += fmt::format("- {}: {:+.{}f} ± {:.{}f}{} → **{}**\n", text, scale * d.mean, digits, scale * d.se, digits, unit,
-                    call);
-  js["directions"][text] = {{"difference", scale * d.mean}, {"se", scale * d.se}, {"call", call}};
-  return call;
-}
-
-std::string PairedDifference::call(bool want_positive) const {
-  if (seeds < 2) return "not resolved (one seed)";
-  const double signed_mean = want_positive ? mean : -mean;
-  if (signed_mean > 2 * se) return "held";
-  if (signed_mean < -2 * se) return "did not hold";
-  return "not resolved at this scale";
+  Direction dir{text, want_positive, false, std::nullopt, unit, scale, digits};
+  auto j = direction_json(dir, d);
+  md += direction_line(j);
+  js["directions"][text] = j;
+  return j["call"].get<std::string>();
 }
 
 namespace {

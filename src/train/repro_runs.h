@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "train/repro_stats.h"
 
 namespace mf {
 
@@ -35,21 +36,11 @@ double run_seconds(const std::string& run_dir);
 // sentence for a results.md's "what this miniature can and cannot show".
 std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir);
 
-// Mean and standard error of the per-seed differences a[s] - b[s] (paired by seed), and what
-// they say about a direction that expects the difference to be positive (want_positive) or
-// negative: "held" beyond two standard errors, "did not hold" beyond two the other way,
-// otherwise "not resolved at this scale".
-struct PairedDifference {
-  double mean = 0, se = 0;
-  size_t seeds = 0;  // fewer than 2: nothing is resolved
-  std::string call(bool want_positive) const;
-};
-PairedDifference paired_difference(const std::vector<double>& a, const std::vector<double>& b);
-inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
-// Appends "- TEXT: +mean ± se UNIT → **call**" (the difference times `scale`, `digits` decimals)
-// to `md` and the numbers to js["directions"][TEXT]; returns the call.
+// Appends direction_line() of `d` for `text` to `md` and its direction_json() to
+// js["directions"][text] (the difference times `scale`, `digits` decimals); returns the call.
 std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
                              bool want_positive, const std::string& unit = "", double scale = 1, int digits = 4);
+inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
 
 // What every repro command takes: --config, --out, --seeds, --quick, --set.
 struct ReproArgs {
@@ -57,6 +48,7 @@ struct ReproArgs {
   std::vector<std::string> sets;
   int64_t seeds = 2;
   bool quick = false;
+  std::vector<std::string> lr_sweep = {};  // peak learning rates tried on the reference arm first (lr_sweep())
   std::string command_line(const std::string& name) const;  // "moeforge repro NAME --seeds 2 --set ..."
 };
 // The base config: --config, then (with --quick) the quick overrides and one seed, then --set.

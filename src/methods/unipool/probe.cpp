@@ -69,6 +69,16 @@ nlohmann::json ProbeReport::to_json() const {
   return j;
 }
 
+ProbeReport ProbeReport::from_json(const nlohmann::json& j) {
+  ProbeReport r;
+  r.base_loss = j.at("base_loss").get<double>();
+  r.mean_delta = j.at("mean_delta").get<std::map<std::string, double>>();
+  for (const auto& row : j.at("rows"))
+    r.rows.push_back({row.at("layer").get<int64_t>(), row.at("mode").get<std::string>(), row.at("loss").get<double>(),
+                      row.at("delta").get<double>()});
+  return r;
+}
+
 std::string ProbeReport::markdown() const {
   std::string s =
       fmt::format("unmodified loss: {:.4f}\n\n| block | mode | loss | increase |\n|---|---|---|---|\n", base_loss);

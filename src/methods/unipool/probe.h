@@ -30,6 +30,7 @@ struct ProbeReport {
   std::vector<Row> rows;
   std::map<std::string, double> mean_delta;  // per mode, averaged over layers
   nlohmann::json to_json() const;
+  static ProbeReport from_json(const nlohmann::json& j);
   std::string markdown() const;
 };
 

@@ -1,0 +1,155 @@
+#include "train/repro_report.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "analysis/report.h"
+#include "core/util.h"
+#include "train/repro_runs.h"
+#include "train/repro_stats.h"
+
+namespace mf {
+namespace {
+namespace fs = std::filesystem;
+
+std::map<std::string, ReproRender>& renders() {
+  static std::map<std::string, ReproRender> r;
+  return r;
+}
+
+}  // namespace
+
+void register_repro_render(const std::string& name, ReproRender render) { renders()[name] = std::move(render); }
+
+nlohmann::json repro_results(const std::string& name, const std::string& command) {
+  return {{"repro", name}, {"format", kReproFormat}, {"command", command}};
+}
+
+void record_runs(nlohmann::json& results, const std::vector<std::string>& run_dirs) {
+  std::set<std::string> commits;
+  double seconds = 0;
+  results["runs"] = run_dirs;
+  for (const auto& dir : run_dirs) {
+    const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
+    commits.insert(summary.value("commit", std::string("unrecorded")));
+    seconds += summary.value("elapsed_s", 0.0);
+    const auto h = training_health(dir);
+    results["health"][fs::path(dir).filename().string()] = {
+        {"val_loss", h.val_loss}, {"unigram", h.unigram}, {"late_fall", h.late_fall}, {"problem", h.problem}};
+  }
+  results["commits"] = std::vector<std::string>(commits.begin(), commits.end());
+  results["training_minutes"] = seconds / 60;
+}
+
+std::string render_results(const nlohmann::json& results, const std::string& out_dir) {
+  if (results.value("format", 0) != kReproFormat)
+    throw std::runtime_error(fmt::format(
+        "{}/results.json is of format {} (this build renders format {}): it predates rendering from results.json; "
+        "rerun the reproduction to regenerate it",
+        out_dir, results.value("format", 0), kReproFormat));
+  const auto name = results.value("repro", std::string());
+  const auto it = renders().find(name);
+  if (it == renders().end())
+    throw std::runtime_error(fmt::format("{}/results.json: no renderer for repro \"{}\"", out_dir, name));
+  return it->second(results, out_dir);
+}
+
+void write_results_files(const nlohmann::json& results, const std::string& out_dir) {
+  fs::create_directories(out_dir);
+  write_file_atomic((fs::path(out_dir) / "results.json").string(), results.dump(1) + "\n");
+  std::vector<std::string> runs;
+  for (const auto& r : results.value("runs", nlohmann::json::array()))
+    if (fs::exists(r.get<std::string>() + "/summary.json")) runs.push_back(r.get<std::string>());
+  if (!runs.empty())
+    write_report(runs, (fs::path(out_dir) / "report.html").string(),
+                 "moeforge report: " + fs::path(out_dir).filename().string() + " reproduction");
+  write_file_atomic((fs::path(out_dir) / "results.md").string(), render_results(results, out_dir));
+}
+
+void rerender_results(const std::string& out_dir) {
+  const auto path = (fs::path(out_dir) / "results.json").string();
+  if (!fs::exists(path)) throw std::runtime_error(path + " does not exist: --report-only renders an earlier run's");
+  const auto results = nlohmann::json::parse(read_file(path));
+  write_file_atomic((fs::path(out_dir) / "results.md").string(), render_results(results, out_dir));
+}
+
+std::string results_header(const nlohmann::json& results) {
+  std::string commits;
+  for (const auto& c : results.value("commits", nlohmann::json::array()))
+    commits += fmt::format("{}`{}`", commits.empty() ? "" : ", ", c.get<std::string>());
+  const auto n = results.value("runs", nlohmann::json::array()).size();
+  return fmt::format(
+      "Produced by `{}`; rendered from results.json by `--report-only`. {} runs, trained at commit{} {}; {:.1f} min of "
+      "training summed over them.",
+      results["command"].get<std::string>(), n, results.value("commits", nlohmann::json::array()).size() == 1 ? "" : "s",
+      commits.empty() ? "(none recorded)" : commits, results.value("training_minutes", 0.0));
+}
+
+std::string withheld_reason(const nlohmann::json& results) {
+  std::vector<std::string> bad;
+  for (const auto& [run, h] : results.value("health", nlohmann::json::object()).items())
+    if (!h.value("problem", std::string()).empty()) bad.push_back(h["problem"].get<std::string>());
+  if (bad.empty()) return "";
+  std::string s = fmt::format("{} of {} runs are not well trained: {}", bad.size(), results["health"].size(), bad[0]);
+  if (bad.size() > 1) s += fmt::format(" (and {} more, listed in results.json's \"health\")", bad.size() - 1);
+  return s;
+}
+
+std::string directions_section(const nlohmann::json& results) {
+  const auto withheld = withheld_reason(results);
+  std::string md =
+      "## The paper's directions at this scale\n\nEach direction is the mean of the per-seed paired differences with "
+      "its two-sided 95 % Student-t interval (n - 1 degrees of freedom): **held** when the interval excludes 0 on the "
+      "paper's side, **did not hold** when it excludes 0 on the other, otherwise **not resolved at this scale**. "
+      "\"Detectable at this n\" is the interval's half-width: the smallest difference this many seeds with this "
+      "spread could have resolved. Primary directions were chosen before running; the rest are secondary.\n\n";
+  if (!withheld.empty())
+    md += fmt::format("**No verdicts are called**: {}. A verdict needs every run at least 0.5 nats below the "
+                      "unigram entropy and its training loss falling by at most 2 % over its last 20 % of steps.\n\n",
+                      withheld);
+  const auto dirs = results.value("directions", nlohmann::json::array());
+  for (bool primary : {true, false})
+    for (const auto& d : dirs)
+      if (d.value("primary", false) == primary) md += direction_line(d, withheld);
+  return md;
+}
+
+std::string report_link(const nlohmann::json& results) {
+  const auto runs = results.value("runs", nlohmann::json::array());
+  if (runs.empty()) return "";
+  return fmt::format(
+      "\nEvery run of this reproduction (curves, routing, usage): [report.html](report.html) "
+      "(`moeforge report {} ...`).\n",
+      runs.front().get<std::string>());
+}
+
+std::string lr_sweep_section(const nlohmann::json& results) {
+  if (!results.contains("lr_sweep")) return "";
+  std::string md =
+      "## Learning-rate sweep (the reference arm, seed 0, before the arms)\n\n| peak lr | val loss |\n|---|---|\n";
+  for (const auto& r : results["lr_sweep"])
+    md += fmt::format("| {:g} | {:.4f} |\n", r["lr"].get<double>(), r["val_loss"].get<double>());
+  return md + "\n";
+}
+
+nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& text : lrs) {
+    Config cfg = arm;
+    apply_override(cfg, "train.lr=" + text);
+    const double lr = cfg.train.lr;
+    cfg.train.seed = 1000;
+    cfg.run.name = fmt::format("sweep-lr{:g}", lr);
+    validate(cfg);
+    const auto dir = run_variant(cfg);
+    const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
+    rows.push_back({{"lr", lr}, {"val_loss", summary["val_loss_mean"].get<double>()}, {"run", dir}});
+  }
+  return rows;
+}
+
+}  // namespace mf

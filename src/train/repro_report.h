@@ -1,0 +1,56 @@
+// Reproduction results as a pure function of the runs. A driver trains (or reuses) its runs and
+// collects what it measured into results.json; a renderer registered under the driver's name
+// turns that file, and nothing else, into results.md and the pictures. `moeforge repro NAME
+// --report-only` renders again without training, and a test renders every committed
+// docs/repro/*/results.json and compares the bytes with the committed results.md.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace mf {
+
+// Writes the pictures into `out_dir` and returns results.md's text.
+using ReproRender = std::function<std::string(const nlohmann::json& results, const std::string& out_dir)>;
+void register_repro_render(const std::string& name, ReproRender render);
+
+constexpr int kReproFormat = 2;  // results.json files a renderer reads (older ones predate rendering)
+
+// A new results.json: {"repro": name, "format": kReproFormat, "command": command}.
+nlohmann::json repro_results(const std::string& name, const std::string& command);
+// Adds what every results file carries about the runs: "runs" (directories, in training order),
+// "commits" (the distinct commits that trained them, from their summaries), "training_minutes"
+// (summed, reused runs included) and "health" (training_health() of each run, by run name).
+void record_runs(nlohmann::json& results, const std::vector<std::string>& run_dirs);
+
+// results.md's text for `results` (its renderer by "repro"), pictures into `out_dir`; a clear
+// error for a file without a renderer or of an older format.
+std::string render_results(const nlohmann::json& results, const std::string& out_dir);
+// Writes results.json, then results.md from it (and report.html from the runs when they are here).
+void write_results_files(const nlohmann::json& results, const std::string& out_dir);
+// --report-only: results.md and the pictures again from `out_dir`/results.json.
+void rerender_results(const std::string& out_dir);
+
+// Pieces renderers share.
+// "Produced by `command`. Runs: N, trained at commit(s) `a`, `b`; M min of training summed."
+std::string results_header(const nlohmann::json& results);
+// The reason no verdict is called ("" when every run is well trained): the runs that fail the rule.
+std::string withheld_reason(const nlohmann::json& results);
+// "## The paper's directions ..." with every entry of results["directions"] (primary first, in
+// their stored order) and how to read them; verdicts withheld when withheld_reason() says so.
+std::string directions_section(const nlohmann::json& results);
+// The line linking report.html (every run on one page), or "" when the file names no runs.
+std::string report_link(const nlohmann::json& results);
+// The learning-rate sweep's table (results["lr_sweep"]), or "" without one.
+std::string lr_sweep_section(const nlohmann::json& results);
+
+// The sweep a driver runs before its arms: `arm` (the reference arm, seed 0) at each of `lrs`,
+// as run "sweep-lr<lr>"; returns [{lr, val_loss, run}] for results["lr_sweep"].
+// (the learning rates as given on the command line, each parsed as a number).
+nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs);
+
+}  // namespace mf

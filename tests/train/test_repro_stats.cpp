@@ -1,0 +1,148 @@
+// The reproductions' statistics against hand-computed values, the well-trained-arm rule, and
+// every committed docs/repro/*/results.md against a fresh rendering of its results.json.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/util.h"
+#include "train/repro_report.h"
+#include "train/repro_stats.h"
+
+using namespace mf;
+namespace fs = std::filesystem;
+
+TEST(ReproStats, StudentTQuantilesMatchTheTables) {
+  // dof 1: tan(pi (p - 1/2)); dof 2: (2p - 1) / sqrt(2 p (1 - p)), closed forms
+  EXPECT_NEAR(student_t_quantile(0.975, 1), std::tan(M_PI * 0.475), 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 0.95 / std::sqrt(2 * 0.975 * 0.025), 1e-9);  // n = 3: 4.302653
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 4.302653, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.975, 4), 2.776445, 1e-6);  // n = 5
+  EXPECT_NEAR(student_t_quantile(0.975, 7), 2.364624, 1e-6);  // n = 8
+  EXPECT_NEAR(student_t_quantile(0.975, 1000), 1.962339, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.025, 4), -2.776445, 1e-6);
+  EXPECT_NEAR(student_t_cdf(0, 3), 0.5, 1e-15);
+  EXPECT_NEAR(student_t_cdf(2.776445, 4) + student_t_cdf(-2.776445, 4), 1, 1e-12);
+}
+
+TEST(ReproStats, PairedDifferenceAndOneVerdictOfEachKind) {
+  // differences 0.10, 0.12, 0.11: mean 0.11, sd 0.01, se 0.01/sqrt(3), half-width 4.302653 se
+  auto held = paired_difference({1.10, 1.22, 1.31}, {1.00, 1.10, 1.20});
+  EXPECT_NEAR(held.mean, 0.11, 1e-12);
+  EXPECT_NEAR(held.se, 0.01 / std::sqrt(3.0), 1e-12);
+  EXPECT_NEAR(held.half_width(), 4.302653 * 0.01 / std::sqrt(3.0), 1e-7);
+  EXPECT_EQ(held.call(true), "held");
+  EXPECT_EQ(held.call(false), "did not hold");
+  // differences 0.10, 0.20, 0.05: mean 0.11667, sd 0.076376, se 0.044096, half-width 0.18973 > mean
+  auto unresolved = paired_difference({1.10, 1.20, 1.05}, {1.0, 1.0, 1.0});
+  EXPECT_NEAR(unresolved.se, 0.0440959, 1e-6);
+  EXPECT_NEAR(unresolved.half_width(), 0.189731, 1e-5);
+  EXPECT_EQ(unresolved.call(true), "not resolved at this scale");
+  // the old two-SE rule would have called this one: mean 2.65 se, inside 4.30 se
+  EXPECT_GT(unresolved.mean, 2 * unresolved.se);
+  EXPECT_EQ(paired_difference({1.0}, {0.5}).call(true), "not resolved (one seed)");
+}
+
+TEST(ReproStats, DirectionLineRecomputesTheVerdictAndShowsTheInterval) {
+  Direction d{"A beats B (B - A)", true, true, PaperEffect{0.0288, "Table 5"}, " nats"};
+  auto j = direction_json(d, paired_difference({1.10, 1.22, 1.31}, {1.00, 1.10, 1.20}));
+  EXPECT_EQ(j["call"], "held");
+  EXPECT_EQ(j["dof"], 2);
+  const auto line = direction_line(j);
+  EXPECT_NE(line.find("**[primary]** A beats B (B - A): +0.1100 nats (95 % CI +0.0852 to +0.1348, n = 3;"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("paper: +0.0288 nats (Table 5) → **held**"), std::string::npos) << line;
+  j["call"] = "did not hold";  // a stale call in a file does not survive rendering
+  EXPECT_NE(direction_line(j).find("→ **held**"), std::string::npos);
+  EXPECT_NE(direction_line(j, "1 of 4 runs are not well trained").find("→ **no verdict** (1 of 4"),
+            std::string::npos);
+}
+
+TEST(ReproStats, LeastSquaresCoefficientAndItsStandardError) {
+  // y on (1, x) through (0, 0), (1, 1), (2, 1): b = 1/2, a = 1/6, RSS = 1/6 on 1 dof, se(b) = sqrt(1/12)
+  const auto fit = least_squares({{1, 0}, {1, 1}, {1, 2}}, {0, 1, 1});
+  EXPECT_NEAR(fit.coef[0], 1.0 / 6, 1e-12);
+  EXPECT_NEAR(fit.coef[1], 0.5, 1e-12);
+  EXPECT_NEAR(fit.se[1], std::sqrt(1.0 / 12), 1e-12);
+  EXPECT_EQ(fit.dof, 1);
+  EXPECT_NEAR(fit.half_width(1), std::tan(M_PI * 0.475) * std::sqrt(1.0 / 12), 1e-9);
+  // an exact quadratic recovers its coefficients with zero error
+  std::vector<std::vector<double>> X;
+  std::vector<double> y;
+  for (double x : {-2.0, -1.0, 0.0, 1.0, 2.0, 3.0}) X.push_back({1, x, x * x}), y.push_back(4 - x + 0.5 * x * x);
+  const auto q = least_squares(X, y);
+  EXPECT_NEAR(q.coef[2], 0.5, 1e-10);
+  EXPECT_NEAR(q.se[2], 0, 1e-6);
+  EXPECT_THROW(least_squares({{1, 1}, {1, 1}, {1, 1}}, {1, 2, 3}), std::invalid_argument);
+}
+
+namespace {
+
+// A run directory with a summary and a training curve loss(step) over 100 steps.
+std::string fake_run(const std::string& name, double val, const std::function<double(double)>& loss) {
+  const auto dir = (fs::temp_directory_path() / ("mf_health_" + name)).string();
+  fs::create_directories(dir);
+  write_file_atomic(dir + "/summary.json",
+                    nlohmann::json{{"val_loss_mean", val}, {"unigram_entropy_nats", 6.0}, {"steps", 100}}.dump());
+  std::string m;
+  for (int s = 10; s <= 100; s += 10) m += nlohmann::json{{"step", s}, {"loss", loss(s)}}.dump() + "\n";
+  write_file_atomic(dir + "/metrics.jsonl", m);
+  return dir;
+}
+
+}  // namespace
+
+TEST(ReproStats, TrainingHealthNeedsDistanceFromThePlateauAndAFlatTail) {
+  EXPECT_EQ(training_health(fake_run("good", 5.0, [](double) { return 5.0; })).problem, "");
+  const auto plateau = training_health(fake_run("plateau", 5.7, [](double) { return 5.7; }));
+  EXPECT_NE(plateau.problem.find("less than 0.5 below the unigram entropy"), std::string::npos) << plateau.problem;
+  // 5.5 at step 80 falling 0.01 a step: 0.2 nats over the last 20 steps, ~3.8 % of the mean 5.4
+  const auto falling = training_health(fake_run("falling", 5.0, [](double s) { return 6.3 - 0.01 * s; }));
+  EXPECT_NEAR(falling.late_fall, 0.2 / 5.4, 1e-9);
+  EXPECT_NE(falling.problem.find("still fell 3.7 %"), std::string::npos) << falling.problem;
+}
+
+// Every committed results file of the current format regenerates byte for byte (results.md and
+// the pictures its renderer writes); older ones are listed by the test below.
+TEST(ReproResults, CommittedResultsRegenerateByteForByte) {
+  const char* src = std::getenv("MOEFORGE_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "ctest sets MOEFORGE_SOURCE_DIR";
+  int checked = 0;
+  for (const auto& dir : fs::directory_iterator(fs::path(src) / "docs/repro")) {
+    const auto json = dir.path() / "results.json";
+    if (!fs::exists(json)) continue;
+    const auto results = nlohmann::json::parse(read_file(json.string()));
+    if (results.value("format", 0) != kReproFormat) continue;
+    const auto out = fs::temp_directory_path() / ("mf_regen_" + dir.path().filename().string());
+    fs::remove_all(out);
+    fs::create_directories(out);
+    const auto md = render_results(results, out.string());
+    EXPECT_TRUE(md == read_file((dir.path() / "results.md").string()))
+        << dir.path() << "/results.md differs from the rendering of its results.json: edited by hand or stale "
+        << "(moeforge repro " << results["repro"].get<std::string>() << " --report-only --out " << dir.path() << ")";
+    for (const auto& pic : fs::directory_iterator(out))
+      EXPECT_TRUE(read_file(pic.path().string()) == read_file((dir.path() / pic.path().filename()).string()))
+          << dir.path() / pic.path().filename() << " differs from its rendering";
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no committed results file of format " << kReproFormat << " yet";
+}
+
+TEST(ReproResults, EveryCommittedResultsFileIsRenderedFromItsJson) {
+  const char* src = std::getenv("MOEFORGE_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  std::vector<std::string> older;
+  for (const auto& dir : fs::directory_iterator(fs::path(src) / "docs/repro")) {
+    const auto json = dir.path() / "results.json";
+    ASSERT_TRUE(fs::exists(json)) << dir.path() << " has no results.json";
+    if (nlohmann::json::parse(read_file(json.string())).value("format", 0) != kReproFormat)
+      older.push_back(dir.path().filename().string());
+  }
+  if (!older.empty()) {
+    std::string list;
+    for (const auto& o : older) list += " " + o;
+    GTEST_SKIP() << older.size() << " committed results predate rendering from results.json and cannot be "
+                 << "regenerated until their reproductions run again:" << list;
+  }
+}
