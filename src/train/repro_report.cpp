@@ -83,7 +83,7 @@ std::string results_header(const nlohmann::json& results) {
     commits += fmt::format("{}`{}`", commits.empty() ? "" : ", ", c.get<std::string>());
   const auto n = results.value("runs", nlohmann::json::array()).size();
   return fmt::format(
-      "Produced by `{}`; rendered from results.json by `--report-only`. {} runs, trained at commit{} {}; {:.1f} min of "
+      "Produced by `{}`, rendered from its results.json (`--report-only` renders it again). {} runs, trained at commit{} {}; {:.1f} min of "
       "training summed over them.",
       results["command"].get<std::string>(), n, results.value("commits", nlohmann::json::array()).size() == 1 ? "" : "s",
       commits.empty() ? "(none recorded)" : commits, results.value("training_minutes", 0.0));
@@ -91,7 +91,8 @@ std::string results_header(const nlohmann::json& results) {
 
 std::string withheld_reason(const nlohmann::json& results) {
   std::vector<std::string> bad;
-  for (const auto& [run, h] : results.value("health", nlohmann::json::object()).items())
+  const auto health = results.value("health", nlohmann::json::object());
+  for (const auto& [run, h] : health.items())
     if (!h.value("problem", std::string()).empty()) bad.push_back(h["problem"].get<std::string>());
   if (bad.empty()) return "";
   std::string s = fmt::format("{} of {} runs are not well trained: {}", bad.size(), results["health"].size(), bad[0]);
@@ -114,7 +115,7 @@ std::string directions_section(const nlohmann::json& results) {
   const auto dirs = results.value("directions", nlohmann::json::array());
   for (bool primary : {true, false})
     for (const auto& d : dirs)
-      if (d.value("primary", false) == primary) md += direction_line(d, withheld);
+      if (d.value("primary", false) == primary) md += direction_line(d, withheld.empty() ? "" : "runs not well trained");
   return md;
 }
 
