@@ -303,22 +303,6 @@ TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
   }
 }
 
-// Differences paired by seed: d = (2, 1, 3) -> mean 2, sd 1, se 1/sqrt(3) = 0.577; held beyond 2 se.
-TEST(Repro, PairedDifferenceAndCallsByHand) {
-  auto d = paired_difference({3, 2, 5}, {1, 1, 2});
-  EXPECT_NEAR(d.mean, 2.0, 1e-12);
-  EXPECT_NEAR(d.se, 1.0 / std::sqrt(3.0), 1e-12);
-  EXPECT_EQ(d.call(true), "held");
-  EXPECT_EQ(d.call(false), "did not hold");
-  auto noisy = paired_difference({1, -1}, {0, 0});  // mean 0, se 1
-  EXPECT_EQ(noisy.call(true), "not resolved at this scale");
-  auto barely = paired_difference({1.0, 1.2, 0.2}, {0, 0, 0});  // mean 0.8, se 0.306: 0.8 > 0.61
-  EXPECT_EQ(barely.call(true), "held");
-  auto wide = paired_difference({1.0, 2.0, -1.0}, {0, 0, 0});  // mean 0.667, se 0.882
-  EXPECT_EQ(wide.call(true), "not resolved at this scale");
-  EXPECT_EQ(paired_difference({5}, {1}).call(true), "not resolved (one seed)");
-}
-
 // The closing sentence of a results.md places the arms' losses against the unigram entropy (6.0).
 TEST(Repro, LossAgainstUnigramNamesTheRunsNearThePlateau) {
   namespace fs = std::filesystem;
