@@ -88,9 +88,8 @@ void register_repro_commands(CLI::App& app) {
   add_rendered_options(up, unipool_args, unipool_report_only);
   up->add_flag("--all-arms", unipool_opt.all_arms, "also the five secondary ablation arms");
   up->add_flag("!--no-probe", unipool_opt.probe, "skip the routing-randomization probe");
-  up->callback([] {
-    run_rendered(unipool_args, unipool_report_only, [] { return unipool_repro(unipool_args, unipool_opt); });
-  });
+  up->callback(
+      [] { run_rendered(unipool_args, unipool_report_only, [] { return unipool_repro(unipool_args, unipool_opt); }); });
 
   auto* lt = repro->add_subcommand(
       "latent",
@@ -105,7 +104,8 @@ void register_repro_commands(CLI::App& app) {
   lt->add_option("--latents", latent_opt.latents, "the sweep's latent widths l (m = l*m / l)")
       ->delimiter(',')
       ->type_name("L,L,...");
-  lt->add_option("--sweep-layers", latent_opt.sweep_layers, "model.n_layers of the shape sweep (default: the config's)");
+  lt->add_option("--sweep-layers", latent_opt.sweep_layers,
+                 "model.n_layers of the shape sweep (default: the config's)");
   lt->callback(
       [] { run_rendered(latent_args, latent_report_only, [] { return latent_repro(latent_args, latent_opt); }); });
 

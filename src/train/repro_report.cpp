@@ -83,9 +83,11 @@ std::string results_header(const nlohmann::json& results) {
     commits += fmt::format("{}`{}`", commits.empty() ? "" : ", ", c.get<std::string>());
   const auto n = results.value("runs", nlohmann::json::array()).size();
   return fmt::format(
-      "Produced by `{}`, rendered from its results.json (`--report-only` renders it again). {} runs, trained at commit{} {}; {:.1f} min of "
+      "Produced by `{}`, rendered from its results.json (`--report-only` renders it again). {} runs, trained at "
+      "commit{} {}; {:.1f} min of "
       "training summed over them.",
-      results["command"].get<std::string>(), n, results.value("commits", nlohmann::json::array()).size() == 1 ? "" : "s",
+      results["command"].get<std::string>(), n,
+      results.value("commits", nlohmann::json::array()).size() == 1 ? "" : "s",
       commits.empty() ? "(none recorded)" : commits, results.value("training_minutes", 0.0));
 }
 
@@ -109,13 +111,15 @@ std::string directions_section(const nlohmann::json& results) {
       "\"Detectable at this n\" is the interval's half-width: the smallest difference this many seeds with this "
       "spread could have resolved. Primary directions were chosen before running; the rest are secondary.\n\n";
   if (!withheld.empty())
-    md += fmt::format("**No verdicts are called**: {}. A verdict needs every run at least 0.5 nats below the "
-                      "unigram entropy and its training loss falling by at most 2 % over its last 20 % of steps.\n\n",
-                      withheld);
+    md += fmt::format(
+        "**No verdicts are called**: {}. A verdict needs every run at least 0.5 nats below the "
+        "unigram entropy and its training loss falling by at most 2 % over its last 20 % of steps.\n\n",
+        withheld);
   const auto dirs = results.value("directions", nlohmann::json::array());
   for (bool primary : {true, false})
     for (const auto& d : dirs)
-      if (d.value("primary", false) == primary) md += direction_line(d, withheld.empty() ? "" : "runs not well trained");
+      if (d.value("primary", false) == primary)
+        md += direction_line(d, withheld.empty() ? "" : "runs not well trained");
   return md;
 }
 

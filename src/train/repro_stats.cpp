@@ -22,8 +22,8 @@ double incomplete_beta(double a, double b, double x) {
   if (x <= 0) return 0;
   if (x >= 1) return 1;
   if (x > (a + 1) / (a + b + 2)) return 1 - incomplete_beta(b, a, 1 - x);
-  const double front = std::exp(a * std::log(x) + b * std::log1p(-x) - std::lgamma(a) - std::lgamma(b) +
-                                std::lgamma(a + b)) / a;
+  const double front =
+      std::exp(a * std::log(x) + b * std::log1p(-x) - std::lgamma(a) - std::lgamma(b) + std::lgamma(a + b)) / a;
   const double tiny = 1e-300;
   double f = 1, c = 1, d = 0;
   for (int i = 0; i <= 400; ++i) {
@@ -121,8 +121,8 @@ std::string direction_line(const nlohmann::json& d, const std::string& withheld)
   std::string s = fmt::format("- {}{}: {}{}", d.value("primary", false) ? "**[primary]** " : "",
                               d["text"].get<std::string>(), num(p.mean), unit);
   if (p.degrees() >= 1)
-    s += fmt::format(" (95 % CI {} to {}, n = {}{}; detectable at this n: ±{:.{}f})", num(p.lo()), num(p.hi()),
-                     p.seeds, p.degrees() + 1 == static_cast<int64_t>(p.seeds) ? "" : fmt::format(", {} dof", p.degrees()),
+    s += fmt::format(" (95 % CI {} to {}, n = {}{}; detectable at this n: ±{:.{}f})", num(p.lo()), num(p.hi()), p.seeds,
+                     p.degrees() + 1 == static_cast<int64_t>(p.seeds) ? "" : fmt::format(", {} dof", p.degrees()),
                      p.half_width(), digits);
   else
     s += fmt::format(" (n = {})", p.seeds);
@@ -133,9 +133,7 @@ std::string direction_line(const nlohmann::json& d, const std::string& withheld)
   return s + fmt::format(" → **{}**\n", p.call(d.value("want_positive", true)));
 }
 
-double LeastSquares::half_width(size_t i) const {
-  return dof >= 1 ? student_t_quantile(0.975, dof) * se.at(i) : NAN;
-}
+double LeastSquares::half_width(size_t i) const { return dof >= 1 ? student_t_quantile(0.975, dof) * se.at(i) : NAN; }
 
 LeastSquares least_squares(const std::vector<std::vector<double>>& X, const std::vector<double>& y) {
   const size_t n = X.size(), p = n ? X[0].size() : 0;

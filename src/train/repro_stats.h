@@ -26,8 +26,8 @@ double student_t_cdf(double t, int64_t dof);
 // estimate, seeds = the observations, dof = its residual degrees of freedom).
 struct PairedDifference {
   double mean = 0, se = 0;
-  size_t seeds = 0;   // fewer than 2: nothing is resolved
-  int64_t dof = -1;   // -1: seeds - 1
+  size_t seeds = 0;  // fewer than 2: nothing is resolved
+  int64_t dof = -1;  // -1: seeds - 1
   int64_t degrees() const { return dof >= 0 ? dof : static_cast<int64_t>(seeds) - 1; }
   double half_width() const;
   double lo() const { return mean - half_width(); }

@@ -55,8 +55,7 @@ TEST(ReproStats, DirectionLineRecomputesTheVerdictAndShowsTheInterval) {
   EXPECT_NE(line.find("paper: +0.0288 nats (Table 5) → **held**"), std::string::npos) << line;
   j["call"] = "did not hold";  // a stale call in a file does not survive rendering
   EXPECT_NE(direction_line(j).find("→ **held**"), std::string::npos);
-  EXPECT_NE(direction_line(j, "1 of 4 runs are not well trained").find("→ **no verdict** (1 of 4"),
-            std::string::npos);
+  EXPECT_NE(direction_line(j, "1 of 4 runs are not well trained").find("→ **no verdict** (1 of 4"), std::string::npos);
 }
 
 TEST(ReproStats, LeastSquaresCoefficientAndItsStandardError) {

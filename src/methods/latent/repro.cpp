@@ -78,13 +78,13 @@ void require_near_square(const MoELayerShape& s, const std::string& which) {
 std::vector<Arm> sweep_arms(const MoELayerShape& ref, std::vector<int64_t> latents, int64_t d, int64_t layers,
                             bool quick) {
   const int64_t lm = ref.latent * ref.expert_hidden;
-  if (latents.empty())
-    latents = {ref.latent / 2, ref.latent * 5 / 8, ref.latent, ref.latent * 5 / 4, ref.latent * 2};
+  if (latents.empty()) latents = {ref.latent / 2, ref.latent * 5 / 8, ref.latent, ref.latent * 5 / 4, ref.latent * 2};
   std::vector<Arm> arms;
   int64_t in_band = 0;
   for (int64_t l : latents) {
     if (l < 1 || l > d || lm % l != 0)
-      throw ConfigError(fmt::format("repro latent --latents: l = {} must divide l*m = {} and lie in 1..d = {}", l, lm, d));
+      throw ConfigError(
+          fmt::format("repro latent --latents: l = {} must divide l*m = {} and lie in 1..d = {}", l, lm, d));
     MoELayerShape s = ref;
     s.latent = l;
     s.expert_hidden = lm / l;
@@ -150,12 +150,13 @@ void add_directions(nlohmann::json& js, int64_t seeds) {
   const auto& order = js["order"]["sweep"];
   for (const auto& end : {order.front().get<std::string>(), order.back().get<std::string>()})
     if (end != sq)
-      dirs.push_back(direction_json({fmt::format("the near-square expert beats the extreme {} (val loss, {} - {})", end,
-                                                 end, sq),
-                                     true, false, PaperEffect{0.0104, "Appendix B: the smallest of the largest "
-                                                                      "within-sweep gaps, 3.4B and 8B"},
-                                     " nats"},
-                                    paired_difference(losses(js, end), losses(js, sq))));
+      dirs.push_back(direction_json(
+          {fmt::format("the near-square expert beats the extreme {} (val loss, {} - {})", end, end, sq), true, false,
+           PaperEffect{0.0104,
+                       "Appendix B: the smallest of the largest "
+                       "within-sweep gaps, 3.4B and 8B"},
+           " nats"},
+          paired_difference(losses(js, end), losses(js, sq))));
   if (!js["arms"].contains("two_segment")) return;
   auto vs = [&](const std::string& other, bool primary, const std::string& text) {
     dirs.push_back(direction_json(
@@ -189,18 +190,18 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
   if (opt.sweep_layers > 0) sweep_base.model.n_layers = opt.sweep_layers;
   validate(sweep_base);
   const int64_t sweep_L = num_moe_layers(sweep_base.model);
-  js["setup"] = {{"d_model", d},
-                 {"moe_layers", L},
-                 {"sweep_moe_layers", sweep_L},
-                 {"reference", base.model.moe.section<LatentConfig>().shapes},
-                 {"steps", base.train.steps},
-                 {"tokens_per_step", base.train.batch_size * base.train.seq_len},
-                 {"lr", base.train.lr},
-                 {"seeds", args.seeds},
-                 {"threads", base.train.threads},
-                 {"balancing", fmt::format("Switch aux {:g}, z-loss {:g}, aux-free bias step {:g}",
-                                           base.model.moe.aux_loss_coef, base.model.moe.z_loss_coef,
-                                           base.model.moe.bias_update)}};
+  js["setup"] = {
+      {"d_model", d},
+      {"moe_layers", L},
+      {"sweep_moe_layers", sweep_L},
+      {"reference", base.model.moe.section<LatentConfig>().shapes},
+      {"steps", base.train.steps},
+      {"tokens_per_step", base.train.batch_size * base.train.seq_len},
+      {"lr", base.train.lr},
+      {"seeds", args.seeds},
+      {"threads", base.train.threads},
+      {"balancing", fmt::format("Switch aux {:g}, z-loss {:g}, aux-free bias step {:g}", base.model.moe.aux_loss_coef,
+                                base.model.moe.z_loss_coef, base.model.moe.bias_update)}};
   std::vector<std::string> runs;
   if (!args.lr_sweep.empty()) {  // on the near-square sweep arm
     Config ref_arm = sweep_base;
@@ -273,10 +274,9 @@ std::string arms_table(const nlohmann::json& js, const std::string& part) {
     const auto loss = fmt::format("{:.4f} ± {}", o.mean(), o.loss.size() > 1 ? fmt::format("{:.4f}", o.std()) : "n/a");
     const auto latent = a["latent"].get<std::string>();
     if (sweep)
-      md += fmt::format("| {} | {:.2f} | `{}` | {:.3f} M / {:.3f} M | {} |\n", name,
-                        std::exp2(log_aspect(latent)), latent.substr(0, latent.find(';')),
-                        js["cost"][name]["params"].get<double>() / 1e6, js["cost"][name]["macs"].get<double>() / 1e6,
-                        loss);
+      md += fmt::format("| {} | {:.2f} | `{}` | {:.3f} M / {:.3f} M | {} |\n", name, std::exp2(log_aspect(latent)),
+                        latent.substr(0, latent.find(';')), js["cost"][name]["params"].get<double>() / 1e6,
+                        js["cost"][name]["macs"].get<double>() / 1e6, loss);
     else
       md += fmt::format("| {} | `{}` | {:.2f} % | {} |\n", name, latent, 100 * a["deviation"].get<double>(), loss);
   }
@@ -292,9 +292,9 @@ void write_pictures(const nlohmann::json& js, const std::string& out) {
     u.x.push_back(log_aspect(a["latent"].get<std::string>()));
     u.y.push_back(o.mean());
   }
-  write_file_atomic((fs::path(out) / "shape_sweep.svg").string(),
-                    line_chart_svg({u}, {"shape sweep at fixed l*m, no shared expert", "log2(l / m)",
-                                         "validation loss (nats)"}));
+  write_file_atomic(
+      (fs::path(out) / "shape_sweep.svg").string(),
+      line_chart_svg({u}, {"shape sweep at fixed l*m, no shared expert", "log2(l / m)", "validation loss (nats)"}));
   Series idp{"TwoNN ID (proxy run)", {}, js["proxy"]["id_profile"].get<std::vector<double>>()};
   for (size_t i = 0; i < idp.y.size(); ++i) idp.x.push_back(static_cast<double>(i));
   write_file_atomic((fs::path(out) / "id_profile.svg").string(),
@@ -310,7 +310,8 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
   const auto ref = parse_latent_shapes(s["reference"].get<std::string>())[0];
   const int64_t split = p["split"].get<int64_t>(), L = s["moe_layers"].get<int64_t>();
   std::string profile;
-  for (const auto& v : p["id_profile"]) profile += fmt::format("{}{:.1f}", profile.empty() ? "" : ", ", v.get<double>());
+  for (const auto& v : p["id_profile"])
+    profile += fmt::format("{}{:.1f}", profile.empty() ? "" : ", ", v.get<double>());
   std::string md = fmt::format(
       "# LatentMoE shaping in miniature\n\n{}\n\nd = {}; reference layer l,m,N,K,ms = {}; {} steps x {} tokens at peak "
       "lr {:g}, {} thread(s) per run. Validation loss = mean over the four domains (nats), mean ± std over {} "

@@ -136,9 +136,9 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
   js["directions"] = nlohmann::json::array();
   for (const auto& c : unipool_claims())
     if (js["arms"].contains(c.worse) && js["arms"].contains(c.better))
-      js["directions"].push_back(direction_json({c.text + " (val loss, " + c.worse + " - " + c.better + ")", true,
-                                                 c.primary, c.paper, " nats"},
-                                                paired_difference(losses(c.worse), losses(c.better))));
+      js["directions"].push_back(direction_json(
+          {c.text + " (val loss, " + c.worse + " - " + c.better + ")", true, c.primary, c.paper, " nats"},
+          paired_difference(losses(c.worse), losses(c.better))));
   if (opt.probe) {
     std::map<std::string, std::vector<double>> cost;
     for (const auto& [arm, mode] : {std::pair{"vanilla", "own"}, std::pair{"unipool", "matched"}})

@@ -5,8 +5,8 @@
 namespace mf {
 
 struct UniPoolReproOptions {
-  bool probe = true;                  // the routing-randomization probe on vanilla and UniPool, every seed
-  bool all_arms = false;              // also the per-layer-aux pool, unscaled pool, sigmoid, NormRouter-only and G = 2 arms
+  bool probe = true;      // the routing-randomization probe on vanilla and UniPool, every seed
+  bool all_arms = false;  // also the per-layer-aux pool, unscaled pool, sigmoid, NormRouter-only and G = 2 arms
 };
 
 // Trains the arms (vanilla, vanilla x gate scale, shared pool + pool aux x gate scale, full
