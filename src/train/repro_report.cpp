@@ -141,14 +141,14 @@ std::string lr_sweep_section(const nlohmann::json& results) {
   return md + "\n";
 }
 
-nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs) {
+nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs, const std::string& arm_run) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& text : lrs) {
     Config cfg = arm;
     apply_override(cfg, "train.lr=" + text);
     const double lr = cfg.train.lr;
     cfg.train.seed = 1000;
-    cfg.run.name = fmt::format("sweep-lr{:g}", lr);
+    cfg.run.name = lr == arm.train.lr ? arm_run : fmt::format("sweep-lr{:g}", lr);
     validate(cfg);
     const auto dir = run_variant(cfg);
     const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));

@@ -48,9 +48,9 @@ std::string report_link(const nlohmann::json& results);
 // The learning-rate sweep's table (results["lr_sweep"]), or "" without one.
 std::string lr_sweep_section(const nlohmann::json& results);
 
-// The sweep a driver runs before its arms: `arm` (the reference arm, seed 0) at each of `lrs`,
-// as run "sweep-lr<lr>"; returns [{lr, val_loss, run}] for results["lr_sweep"].
-// (the learning rates as given on the command line, each parsed as a number).
-nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs);
+// The sweep a driver runs before its arms: `arm` (the reference arm, seed 0) at each of `lrs` (as
+// given on the command line), as run "sweep-lr<lr>", or as `arm_run` at the arm's own lr (the
+// arm's seed-0 run, so it is trained once); returns [{lr, val_loss, run}] for results["lr_sweep"].
+nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs, const std::string& arm_run);
 
 }  // namespace mf

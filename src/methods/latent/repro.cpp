@@ -205,8 +205,9 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
   std::vector<std::string> runs;
   if (!args.lr_sweep.empty()) {  // on the near-square sweep arm
     Config ref_arm = sweep_base;
-    ref_arm.model.moe.section<LatentConfig>().shapes = sweep_arms(ref, {ref.latent}, d, sweep_L, true)[0].latent;
-    js["lr_sweep"] = lr_sweep(ref_arm, args.lr_sweep);
+    const auto square = sweep_arms(ref, {ref.latent}, d, sweep_L, true)[0];
+    ref_arm.model.moe.section<LatentConfig>().shapes = square.latent;
+    js["lr_sweep"] = lr_sweep(ref_arm, args.lr_sweep, square.name + "-s0");
   }
   const auto sweep = sweep_arms(ref, opt.latents, d, sweep_L, args.quick);
   for (const auto& a : sweep) {

@@ -99,7 +99,7 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
                  {"lr", base.train.lr},
                  {"seeds", args.seeds},
                  {"threads", base.train.threads}};
-  if (!args.lr_sweep.empty()) js["lr_sweep"] = lr_sweep(base, args.lr_sweep);
+  if (!args.lr_sweep.empty()) js["lr_sweep"] = lr_sweep(base, args.lr_sweep, "vanilla-s0");
   std::vector<Arm> arms;
   for (auto& a : unipool_arms(L, E))
     if (a.core || opt.all_arms) arms.push_back(a);
