@@ -182,12 +182,20 @@ TrainingHealth training_health(const std::string& run_dir, double margin, double
   h.val_loss = summary.value("val_loss_mean", NAN);
   h.unigram = summary.value("unigram_entropy_nats", 0.0);
   const double steps = summary.value("steps", 0.0);
+  // the held-out loss where the run evaluated at least 3 times in its last 20 % (one batch's
+  // training loss is noisy: its slope over a few logged steps swings by several %), else the
+  // logged training losses
   std::vector<double> x, y;
-  for (const auto& r : read_metrics(run_dir + "/metrics.jsonl"))
-    if (r.contains("loss") && r.contains("step") && r["step"].get<double>() >= 0.8 * steps) {
-      x.push_back(r["step"].get<double>());
-      y.push_back(r["loss"].get<double>());
-    }
+  const auto records = read_metrics(run_dir + "/metrics.jsonl");
+  for (const std::string key : {"val_loss_mean", "loss"}) {
+    x.clear(), y.clear();
+    for (const auto& r : records)
+      if (r.contains(key) && r.contains("step") && r["step"].get<double>() >= 0.8 * steps) {
+        x.push_back(r["step"].get<double>());
+        y.push_back(r[key].get<double>());
+      }
+    if (x.size() >= 3) break;
+  }
   if (x.size() >= 3) {
     std::vector<std::vector<double>> X;
     for (double s : x) X.push_back({1, s});

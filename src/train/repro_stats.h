@@ -75,8 +75,9 @@ LeastSquares least_squares(const std::vector<std::vector<double>>& X, const std:
 
 // Whether a run may carry a verdict: its validation loss is at least `margin` nats below the
 // corpus's unigram entropy (off the initial plateau), and its training loss fell by at most
-// `max_fall` (relative) over the last 20 % of its steps (the least-squares slope of the logged
-// losses there, times that span, over their mean). Empty when well trained, else why not.
+// `max_fall` (relative) over the last 20 % of its steps (the least-squares slope of the losses
+// there, times that span, over their mean: the validation losses where there are at least 3,
+// else the logged training losses). Empty when well trained, else why not.
 struct TrainingHealth {
   double val_loss = 0, unigram = 0, late_fall = 0;  // late_fall: relative drop over the last 20 %
   std::string problem;

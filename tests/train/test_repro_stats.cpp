@@ -100,6 +100,14 @@ TEST(ReproStats, TrainingHealthNeedsDistanceFromThePlateauAndAFlatTail) {
   const auto falling = training_health(fake_run("falling", 5.0, [](double s) { return 6.3 - 0.01 * s; }));
   EXPECT_NEAR(falling.late_fall, 0.2 / 5.4, 1e-9);
   EXPECT_NE(falling.problem.find("still fell 3.7 %"), std::string::npos) << falling.problem;
+  // with 3 validation losses in the last 20 %, those decide (flat here), not the falling batch losses
+  const auto dir = fake_run("validated", 5.0, [](double s) { return 6.3 - 0.01 * s; });
+  std::string m = read_file(dir + "/metrics.jsonl");
+  for (int s : {80, 90, 100}) m += nlohmann::json{{"step", s}, {"val_loss_mean", 5.0}}.dump() + "\n";
+  write_file_atomic(dir + "/metrics.jsonl", m);
+  const auto validated = training_health(dir);
+  EXPECT_NEAR(validated.late_fall, 0, 1e-12);
+  EXPECT_EQ(validated.problem, "");
 }
 
 // Every committed results file of the current format regenerates byte for byte (results.md and
