@@ -187,6 +187,20 @@ cp repro/results.md repro_first.md && rm repro/results.md
 expect_ok "rendered" -- "$MF" repro unipool --report-only --out repro
 cmp repro/results.md repro_first.md || fail "repro unipool --report-only renders other bytes"
 expect_fail 1 "does not exist" -- "$MF" repro unipool --report-only --out no_such_dir
+# --part: two processes share the training (each trains every other run, waits for the rest) and
+# write the same results; the committed records (no checkpoints) then serve a rerun unchanged
+PARTS=(repro unipool --quick --config "$SRC/configs/repro/unipool.toml" --out repro_parts --set data.dir=data
+  --set data.vocab_size=400 --set data.max_source_bytes=50000 --set data.tokenizer_sample_bytes=30000
+  --set train.seq_len=16 --set train.batch_size=4 --set train.threads=1 --set run.out_dir=parts_runs)
+"$MF" "${PARTS[@]}" --part 1/2 > part1.txt 2>&1 & part1=$!
+"$MF" "${PARTS[@]}" --part 2/2 > part2.txt 2>&1 || { cat part2.txt; fail "repro --part 2/2"; }
+wait $part1 || { cat part1.txt; fail "repro --part 1/2"; }
+grep -q "trained by another part" part1.txt && grep -q "trained by another part" part2.txt || fail "--part did not share the runs"
+cp repro_parts/results.md parts_first.md
+rm -r parts_runs/*/checkpoints
+"$MF" "${PARTS[@]}" > parts3.txt 2>&1 || { cat parts3.txt; fail "repro from records without checkpoints"; }
+cmp repro_parts/results.md parts_first.md || fail "the records without checkpoints gave other results"
+expect_fail 1 "expected I/N" -- "$MF" "${PARTS[@]}" --part 3/2
 # LatentMoE: heterogeneous per-layer latent shapes, shape tools, ID profile + allocation, Jacobian rank
 LAT=(--set model.ffn=moe --set "model.moe.latent.shapes=16,8,4,2,24; 8,16,6,1,0")
 "$MF" train tiny.toml "${LAT[@]}" --set run.name=latent > /dev/null 2>&1 || fail "latent train"

@@ -70,6 +70,21 @@ nlohmann::json ExpertUsage::to_json() const {
   return j;
 }
 
+ExpertUsage ExpertUsage::from_json(const nlohmann::json& j) {
+  ExpertUsage u;
+  for (const auto& row : j.at("rows")) {
+    u.layers.push_back(row.at("layer").get<int64_t>());
+    u.group.push_back(row.at("group").get<int64_t>());
+    u.counts.push_back(row.at("counts").get<std::vector<int64_t>>());
+    auto& hists = u.token_counts.emplace_back();
+    for (const auto& [name, v] : row.items())
+      if (v.is_object() && v.contains("histogram")) hists[name] = v["histogram"].get<std::vector<int64_t>>();
+  }
+  const auto losses = j.value("loss", nlohmann::json::object());  // items() of a temporary would dangle
+  for (const auto& [domain, loss] : losses.items()) u.loss.push_back({domain, loss.get<double>(), 0});
+  return u;
+}
+
 ExpertUsage measure_expert_usage(const Evaluable& model, const std::string& split) {
   ExpertUsage u;
   auto moe = routing_slots(model.ffns);

@@ -25,6 +25,7 @@ struct ExpertUsage {
   // The `n` experts row r used most (ties by index), for the cardinality-matched probe.
   std::vector<int64_t> most_used(size_t r, int64_t n) const;
   nlohmann::json to_json() const;
+  static ExpertUsage from_json(const nlohmann::json& j);  // to_json's inverse (domain token counts aside)
 };
 
 double histogram_mean(const std::vector<int64_t>& hist);

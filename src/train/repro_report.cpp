@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <map>
 #include <set>
@@ -130,6 +132,18 @@ std::string report_link(const nlohmann::json& results) {
       "\nEvery run of this reproduction (curves, routing, usage): [report.html](report.html) "
       "(`moeforge report {} ...`).\n",
       runs.front().get<std::string>());
+}
+
+LossSpan loss_span(const nlohmann::json& results) {
+  LossSpan s{1e300, -1e300, 0};
+  const auto health = results.value("health", nlohmann::json::object());
+  for (const auto& [run, h] : health.items()) {
+    s.lo = std::min(s.lo, h["val_loss"].get<double>());
+    s.hi = std::max(s.hi, h["val_loss"].get<double>());
+    s.unigram = h["unigram"].get<double>();
+  }
+  if (s.lo > s.hi) s.lo = s.hi = 0;
+  return s;
 }
 
 std::string lr_sweep_section(const nlohmann::json& results) {

@@ -45,6 +45,12 @@ std::string withheld_reason(const nlohmann::json& results);
 std::string directions_section(const nlohmann::json& results);
 // The line linking report.html (every run on one page), or "" when the file names no runs.
 std::string report_link(const nlohmann::json& results);
+// Where the runs end: the lowest and highest final val loss in results["health"], and the
+// corpus's unigram entropy (the initial plateau) for "What this miniature can and cannot show".
+struct LossSpan {
+  double lo = 0, hi = 0, unigram = 0;
+};
+LossSpan loss_span(const nlohmann::json& results);
 // The learning-rate sweep's table (results["lr_sweep"]), or "" without one.
 std::string lr_sweep_section(const nlohmann::json& results);
 

@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
+#include <sstream>
+#include <thread>
 
 #include "core/util.h"
 #include "io/checkpoint.h"
@@ -30,6 +33,20 @@ std::string ReproArgs::command_line(const std::string& name) const {
   return s;
 }
 
+namespace {
+RunShare& run_share() {
+  static RunShare share;
+  return share;
+}
+
+// Whether this process trains `dir` (handed out by run_variant) under the run share.
+bool own_run(const std::string& dir) {
+  const auto& runs = variant_runs();
+  const auto it = std::find(runs.begin(), runs.end(), dir);
+  return it == runs.end() || (it - runs.begin()) % run_share().count == run_share().index - 1;
+}
+}  // namespace
+
 Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides) {
   Config base = load_config(a.config);
   if (a.quick) {
@@ -38,6 +55,7 @@ Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_ove
   }
   for (auto& s : a.sets) apply_override(base, s);
   validate(base);
+  set_run_share(a.part.empty() ? RunShare{} : RunShare::parse(a.part));
   std::filesystem::create_directories(a.out);
   return base;
 }
@@ -53,6 +71,26 @@ void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const s
 
 double run_seconds(const std::string& run_dir) {
   return nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("elapsed_s", 0.0);
+}
+
+nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
+                           const std::function<nlohmann::json()>& measure) {
+  const auto path = run_dir + "/measures.json";
+  const auto summary = nlohmann::json::parse(read_file(run_dir + "/summary.json"));
+  auto kept_now = [&] {
+    auto kept = std::filesystem::exists(path) ? nlohmann::json::parse(read_file(path)) : nlohmann::json::object();
+    return kept.value("summary", nlohmann::json()) == summary ? kept : nlohmann::json{{"summary", summary}};
+  };
+  auto kept = kept_now();
+  if (!kept.contains(key) && !own_run(run_dir)) {  // measured by the part that trained it
+    spdlog::info("{}: waiting for another part's {}", run_dir, key);
+    while (!(kept = kept_now()).contains(key)) std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+  if (!kept.contains(key)) {
+    kept[key] = measure();
+    write_file_atomic(path, kept.dump(1) + "\n");
+  }
+  return kept[key];
 }
 
 std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir) {
@@ -101,6 +139,16 @@ bool same_resolved_config(const std::string& path, const Config& cfg) {
   }
 }
 
+bool finished_with(const std::filesystem::path& dir, const Config& cfg) {
+  if (!same_resolved_config((dir / "config.toml").string(), cfg) || !std::filesystem::exists(dir / "summary.json"))
+    return false;
+  try {
+    return nlohmann::json::parse(read_file((dir / "summary.json").string())).value("finished", false);
+  } catch (const std::exception&) {  // being written by the process that trains it
+    return false;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string>& variant_runs() {
@@ -108,19 +156,33 @@ std::vector<std::string>& variant_runs() {
   return runs;
 }
 
+RunShare RunShare::parse(const std::string& text) {
+  RunShare s;
+  char slash = 0;
+  std::istringstream in(text);
+  if (!(in >> s.index >> slash >> s.count) || slash != '/' || !in.eof() || s.count < 1 || s.index < 1 ||
+      s.index > s.count)
+    throw std::runtime_error("--part \"" + text + "\": expected I/N with 1 <= I <= N, e.g. 1/2");
+  return s;
+}
+
+void set_run_share(RunShare share) { run_share() = share; }
+
 std::string run_variant(const Config& cfg, const std::string& init_from) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
-  if (std::find(variant_runs().begin(), variant_runs().end(), dir.string()) == variant_runs().end())
-    variant_runs().push_back(dir.string());
-  const bool same_config = same_resolved_config((dir / "config.toml").string(), cfg);
-  if (same_config && fs::exists(dir / "summary.json")) {
-    auto s = nlohmann::json::parse(read_file((dir / "summary.json").string()));
-    if (s.value("finished", false)) {
-      spdlog::info("{}: finished earlier, reusing", cfg.run.name);
-      return dir.string();
-    }
+  auto& runs = variant_runs();
+  if (std::find(runs.begin(), runs.end(), dir.string()) == runs.end()) runs.push_back(dir.string());
+  if (!own_run(dir.string())) {
+    spdlog::info("{}: trained by another part of this repro, waiting for it", cfg.run.name);
+    while (!finished_with(dir, cfg)) std::this_thread::sleep_for(std::chrono::seconds(2));
+    return dir.string();
   }
+  if (finished_with(dir, cfg)) {
+    spdlog::info("{}: finished earlier, reusing", cfg.run.name);
+    return dir.string();
+  }
+  const bool same_config = same_resolved_config((dir / "config.toml").string(), cfg);
   TrainOptions opt;
   opt.init_from = init_from;
   if (same_config && !latest_checkpoint(dir.string()).empty())

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -25,10 +26,23 @@ struct Outcome {
 std::string run_variant(const Config& cfg, const std::string& init_from = "");
 // Every run directory run_variant has handed out in this process, in order (the repro's report).
 std::vector<std::string>& variant_runs();
+// `--part I/N`: N processes share one repro's training. Each walks the same runs in the same
+// order; run_variant trains the ones whose position p (0-based, distinct runs) has p % N == I - 1
+// and waits for the others to finish in their process, so every process ends with every result.
+struct RunShare {
+  int64_t index = 1, count = 1;
+  static RunShare parse(const std::string& text);  // "I/N", 1 <= I <= N; a clear error otherwise
+};
+void set_run_share(RunShare share);
 // The recipe every arm of a fine-tuning comparison shares: `steps` steps at peak `lr` (warm-up
 // a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
 // evaluation, run name `name`; then validated.
 void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const std::string& name);
+// A measurement of finished run `run_dir` under `key`: computed by `measure` once, then read from
+// the run's measures.json (dropped when the run's summary.json changes). A run's record without
+// its checkpoints, committed from an earlier session or machine, still serves the repro.
+nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
+                           const std::function<nlohmann::json()>& measure);
 // A finished run's training seconds from its summary.json (so reused runs count too).
 double run_seconds(const std::string& run_dir);
 // Where the arms' final losses `losses` stand against the corpus's unigram entropy (the loss of
@@ -49,9 +63,11 @@ struct ReproArgs {
   int64_t seeds = 2;
   bool quick = false;
   std::vector<std::string> lr_sweep = {};  // peak learning rates tried on the reference arm first (lr_sweep())
+  std::string part = "";  // "I/N" (RunShare): not in command_line(), it splits the training, not the results
   std::string command_line(const std::string& name) const;  // "moeforge repro NAME --seeds 2 --set ..."
 };
-// The base config: --config, then (with --quick) the quick overrides and one seed, then --set.
+// The base config: --config, then (with --quick) the quick overrides and one seed, then --set;
+// sets the run share from --part.
 Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides);
 
 // What a driver hands back: the CLI prints `markdown` and writes results.md / results.json

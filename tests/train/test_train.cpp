@@ -343,3 +343,47 @@ TEST(Repro, FinishedRunWithOlderConfigTextIsReused) {
   EXPECT_ANY_THROW(run_variant(cfg)) << "a changed config was reused";
   fs::remove_all(cfg.run.out_dir);
 }
+
+// --part I/N: the run at position p (0-based, distinct runs) is trained by part p % N + 1; a
+// part waits for (here: finds finished) the others' runs and trains its own.
+TEST(Repro, PartsShareTheRunsByPosition) {
+  namespace fs = std::filesystem;
+  EXPECT_EQ(RunShare::parse("2/3").index, 2);
+  EXPECT_EQ(RunShare::parse("2/3").count, 3);
+  for (const auto* bad : {"0/2", "3/2", "1", "1/0", "a/b", "1/2x"}) EXPECT_ANY_THROW(RunShare::parse(bad)) << bad;
+  Config cfg;
+  cfg.run.out_dir = (fs::temp_directory_path() / "mf_parts").string();
+  cfg.data.dir = "/nonexistent-corpus";  // training would fail at once
+  fs::remove_all(cfg.run.out_dir);
+  cfg.run.name = "first";
+  fs::create_directories(fs::path(cfg.run.out_dir) / "first");
+  write_file_atomic(cfg.run.out_dir + "/first/config.toml", to_toml(cfg));
+  write_file_atomic(cfg.run.out_dir + "/first/summary.json", R"({"finished": true})");
+  variant_runs().clear();
+  set_run_share(RunShare::parse("2/2"));
+  EXPECT_EQ(run_variant(cfg), cfg.run.out_dir + "/first");  // part 1's: waited for, not trained
+  cfg.run.name = "second";
+  EXPECT_ANY_THROW(run_variant(cfg)) << "part 2 did not train its own run";
+  cfg.run.name = "first";
+  EXPECT_EQ(run_variant(cfg), cfg.run.out_dir + "/first") << "a run handed out before keeps its position";
+  set_run_share({});
+  variant_runs().clear();
+  fs::remove_all(cfg.run.out_dir);
+}
+
+// A run's measurement is computed once and kept beside it until the run's summary changes.
+TEST(Repro, RunMeasureIsKeptUntilTheRunChanges) {
+  namespace fs = std::filesystem;
+  const auto dir = (fs::temp_directory_path() / "mf_measure").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_file_atomic(dir + "/summary.json", R"({"finished": true, "val_loss_mean": 4.5})");
+  int calls = 0;
+  auto measure = [&] { return nlohmann::json{{"value", ++calls}}; };
+  EXPECT_EQ(run_measure(dir, "probe", measure)["value"], 1);
+  EXPECT_EQ(run_measure(dir, "probe", measure)["value"], 1) << "measured again";
+  EXPECT_EQ(run_measure(dir, "usage", measure)["value"], 2);
+  write_file_atomic(dir + "/summary.json", R"({"finished": true, "val_loss_mean": 4.4})");  // retrained
+  EXPECT_EQ(run_measure(dir, "probe", measure)["value"], 3) << "a stale measurement was kept";
+  fs::remove_all(dir);
+}

@@ -222,15 +222,17 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
   proxy.eval.every = 0;
   proxy.run.name = "proxy";
   const auto proxy_dir = run_variant(proxy);
-  auto loaded = load_model(proxy_dir);
-  PreparedCorpus corpus(base.data.dir);
-  const auto prof = intrinsic_dimension_profile(loaded.model, corpus, "val", base.train.seq_len,
-                                                args.quick ? 2000 : 20000, args.quick ? 500 : 5000, 0);
-  const int64_t split = two_segment_split(prof.id);
+  const auto prof = run_measure(proxy_dir, "id_profile", [&] {
+    auto loaded = load_model(proxy_dir);
+    const auto p = intrinsic_dimension_profile(loaded.model, PreparedCorpus(base.data.dir), "val", base.train.seq_len,
+                                               args.quick ? 2000 : 20000, args.quick ? 500 : 5000, 0);
+    return nlohmann::json{{"id", p.id}, {"tokens_used", p.tokens_used}, {"tokens_collected", p.tokens_collected}};
+  });
+  const int64_t split = two_segment_split(prof["id"].get<std::vector<double>>());
   js["proxy"] = {{"steps", proxy.train.steps},
-                 {"id_profile", prof.id},
-                 {"tokens_used", prof.tokens_used},
-                 {"tokens_collected", prof.tokens_collected},
+                 {"id_profile", prof["id"]},
+                 {"tokens_used", prof["tokens_used"]},
+                 {"tokens_collected", prof["tokens_collected"]},
                  {"split", split}};
   if (split > 0) {
     const int64_t narrow = ref.latent * 3 / 4, wide = std::min(d - 1, ref.latent * 3 / 2);
@@ -342,9 +344,7 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
         "**No ID-guided split at this scale**: no block boundary has every ID before it below every ID after it, so "
         "no allocation arms were trained. This is no verdict on ID guidance.\n\n";
   md += "![](id_profile.svg)\n\n" + directions_section(js) + report_link(js);
-  double lo = 1e9, hi = 0;
-  for (const auto& [run, h] : js["health"].items())
-    lo = std::min(lo, h["val_loss"].get<double>()), hi = std::max(hi, h["val_loss"].get<double>());
+  const auto span = loss_span(js);
   md += fmt::format(
       "\n## What this miniature can and cannot show\n\n"
       "- It can show whether validation loss depends on the expert's aspect l/m at fixed l·m, N and K (the U shape) "
@@ -357,8 +357,8 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
       "{}-step proxy run, so the split is the same for every seed.\n"
       "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
       "paper's number.\n",
-      s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), lo, hi,
-      js["health"].begin().value()["unigram"].get<double>(), p["steps"].get<int64_t>());
+      s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), span.lo, span.hi,
+      span.unigram, p["steps"].get<int64_t>());
   return md;
 }
 

@@ -118,16 +118,23 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
       arm["label"] = a.label;
       arm["val_loss"].push_back(nlohmann::json::parse(read_file(dir + "/summary.json"))["val_loss_mean"]);
       if (opt.probe && (a.name == "vanilla" || a.name == "unipool"))
-        js["probe"][a.name].push_back(routing_probe(open_evaluable(dir, base.eval.windows), ProbeOptions{}).to_json());
+        js["probe"][a.name].push_back(run_measure(dir, "probe", [&] {
+          return routing_probe(open_evaluable(dir, base.eval.windows), ProbeOptions{}).to_json();
+        }));
       if (s > 0) continue;
-      auto l = load_model(dir);
-      auto u = measure_expert_usage(open_evaluable(dir, l.cfg.eval.windows), "val");
+      const auto m = run_measure(dir, "usage", [&] {
+        auto l = load_model(dir);
+        const auto c = l.model->param_counts();
+        return nlohmann::json{{"usage", measure_expert_usage(open_evaluable(dir, l.cfg.eval.windows), "val").to_json()},
+                              {"expert_params", c.expert_stored},
+                              {"vanilla_params", c.expert_vanilla}};
+      });
+      const auto u = ExpertUsage::from_json(m["usage"]);
       write_usage_pictures(u, (fs::path(args.out) / a.name).string(), a.label);
-      const auto c = l.model->param_counts();
       arm.update({{"dead", u.globally_dead()},
                   {"stored_experts", u.stored_experts()},
-                  {"expert_params", c.expert_stored},
-                  {"vanilla_params", c.expert_vanilla}});
+                  {"expert_params", m["expert_params"]},
+                  {"vanilla_params", m["vanilla_params"]}});
     }
   js["arm_order"] = nlohmann::json::array();
   for (auto& a : arms) js["arm_order"].push_back(a.name);
@@ -194,12 +201,7 @@ std::string render_unipool_results(const nlohmann::json& js, const std::string& 
       md += fmt::format("### {} (seed 0)\n\n{}\n", arm, ProbeReport::from_json(js["probe"][arm][0]).markdown());
   }
   md += report_link(js);
-  double lo = 1e9, hi = 0;
-  for (const auto& [run, h] : js["health"].items()) {
-    lo = std::min(lo, h["val_loss"].get<double>());
-    hi = std::max(hi, h["val_loss"].get<double>());
-  }
-  const double unigram = js["health"].begin().value()["unigram"].get<double>();
+  const auto span = loss_span(js);
   md += fmt::format(
       "\n## What this miniature can and cannot show\n\n"
       "- It can show whether, at equal data, tokens, optimizer and stored expert parameters, one pool shared by {} "
@@ -213,7 +215,7 @@ std::string render_unipool_results(const nlohmann::json& js, const std::string& 
       "paper's number. Dead experts and heatmaps come from seed 0; the probe randomizes one deep-half layer at a "
       "time.\n",
       s["moe_layers"].get<int64_t>(), s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(),
-      s["tokens_per_step"].get<int64_t>(), lo, hi, unigram);
+      s["tokens_per_step"].get<int64_t>(), span.lo, span.hi, span.unigram);
   (void)out_dir;
   return md;
 }
