@@ -195,7 +195,7 @@ PARTS=(repro unipool --quick --config "$SRC/configs/repro/unipool.toml" --out re
 "$MF" "${PARTS[@]}" --part 1/2 > part1.txt 2>&1 & part1=$!
 "$MF" "${PARTS[@]}" --part 2/2 > part2.txt 2>&1 || { cat part2.txt; fail "repro --part 2/2"; }
 wait $part1 || { cat part1.txt; fail "repro --part 1/2"; }
-grep -q "trained by another part" part1.txt && grep -q "trained by another part" part2.txt || fail "--part did not share the runs"
+[ "$(grep -c "train done" part1.txt)" = 3 ] && [ "$(grep -c "train done" part2.txt)" = 2 ] || fail "--part did not share the 5 runs 3 + 2"
 cp repro_parts/results.md parts_first.md
 rm -r parts_runs/*/checkpoints
 "$MF" "${PARTS[@]}" > parts3.txt 2>&1 || { cat parts3.txt; fail "repro from records without checkpoints"; }

@@ -155,18 +155,26 @@ std::string lr_sweep_section(const nlohmann::json& results) {
   return md + "\n";
 }
 
-nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs, const std::string& arm_run) {
-  nlohmann::json rows = nlohmann::json::array();
+std::vector<Config> lr_sweep_configs(const Config& arm, const std::vector<std::string>& lrs,
+                                     const std::string& arm_run) {
+  std::vector<Config> out;
   for (const auto& text : lrs) {
     Config cfg = arm;
     apply_override(cfg, "train.lr=" + text);
-    const double lr = cfg.train.lr;
     cfg.train.seed = 1000;
-    cfg.run.name = lr == arm.train.lr ? arm_run : fmt::format("sweep-lr{:g}", lr);
+    cfg.run.name = cfg.train.lr == arm.train.lr ? arm_run : fmt::format("sweep-lr{:g}", cfg.train.lr);
     validate(cfg);
+    out.push_back(cfg);
+  }
+  return out;
+}
+
+nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs, const std::string& arm_run) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& cfg : lr_sweep_configs(arm, lrs, arm_run)) {
     const auto dir = run_variant(cfg);
     const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
-    rows.push_back({{"lr", lr}, {"val_loss", summary["val_loss_mean"].get<double>()}, {"run", dir}});
+    rows.push_back({{"lr", cfg.train.lr}, {"val_loss", summary["val_loss_mean"].get<double>()}, {"run", dir}});
   }
   return rows;
 }

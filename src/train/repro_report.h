@@ -58,5 +58,8 @@ std::string lr_sweep_section(const nlohmann::json& results);
 // given on the command line), as run "sweep-lr<lr>", or as `arm_run` at the arm's own lr (the
 // arm's seed-0 run, so it is trained once); returns [{lr, val_loss, run}] for results["lr_sweep"].
 nlohmann::json lr_sweep(const Config& arm, const std::vector<std::string>& lrs, const std::string& arm_run);
+// Those runs' configs (for share_training).
+std::vector<Config> lr_sweep_configs(const Config& arm, const std::vector<std::string>& lrs,
+                                     const std::string& arm_run);
 
 }  // namespace mf

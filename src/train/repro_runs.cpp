@@ -38,6 +38,8 @@ RunShare& run_share() {
   static RunShare share;
   return share;
 }
+// Inside share_training: the other parts' runs handed out, with their configs, to wait for after.
+std::vector<Config>* skipped = nullptr;
 
 // Whether this process trains `dir` (handed out by run_variant) under the run share.
 bool own_run(const std::string& dir) {
@@ -168,13 +170,34 @@ RunShare RunShare::parse(const std::string& text) {
 
 void set_run_share(RunShare share) { run_share() = share; }
 
+void share_training(const std::function<void()>& body) {
+  std::vector<Config> others;
+  skipped = &others;
+  try {
+    body();
+  } catch (...) {
+    skipped = nullptr;
+    throw;
+  }
+  skipped = nullptr;
+  for (const auto& cfg : others) run_variant(cfg);  // waits for each
+}
+
 std::string run_variant(const Config& cfg, const std::string& init_from) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
   auto& runs = variant_runs();
   if (std::find(runs.begin(), runs.end(), dir.string()) == runs.end()) runs.push_back(dir.string());
   if (!own_run(dir.string())) {
-    spdlog::info("{}: trained by another part of this repro, waiting for it", cfg.run.name);
+    if (skipped) {
+      const auto seen = std::find_if(skipped->begin(), skipped->end(), [&](const Config& c) {
+        return c.run.name == cfg.run.name && c.run.out_dir == cfg.run.out_dir;
+      });
+      if (seen == skipped->end()) skipped->push_back(cfg);
+      return dir.string();
+    }
+    if (!finished_with(dir, cfg))
+      spdlog::info("{}: trained by another part of this repro, waiting for it", cfg.run.name);
     while (!finished_with(dir, cfg)) std::this_thread::sleep_for(std::chrono::seconds(2));
     return dir.string();
   }

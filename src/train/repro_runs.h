@@ -27,13 +27,17 @@ std::string run_variant(const Config& cfg, const std::string& init_from = "");
 // Every run directory run_variant has handed out in this process, in order (the repro's report).
 std::vector<std::string>& variant_runs();
 // `--part I/N`: N processes share one repro's training. Each walks the same runs in the same
-// order; run_variant trains the ones whose position p (0-based, distinct runs) has p % N == I - 1
-// and waits for the others to finish in their process, so every process ends with every result.
+// order; the run at position p (0-based, distinct runs) belongs to part p % N + 1. run_variant
+// trains this part's runs and waits for the others' to finish, so every process ends with
+// every result; inside share_training(body) it skips the others' instead, and waits for them
+// after `body`, so the parts train side by side. A driver hands its runs to share_training
+// first, then collects (run_variant again reuses them).
 struct RunShare {
   int64_t index = 1, count = 1;
   static RunShare parse(const std::string& text);  // "I/N", 1 <= I <= N; a clear error otherwise
 };
 void set_run_share(RunShare share);
+void share_training(const std::function<void()>& body);
 // The recipe every arm of a fine-tuning comparison shares: `steps` steps at peak `lr` (warm-up
 // a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
 // evaluation, run name `name`; then validated.

@@ -99,20 +99,30 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
                  {"lr", base.train.lr},
                  {"seeds", args.seeds},
                  {"threads", base.train.threads}};
-  if (!args.lr_sweep.empty()) js["lr_sweep"] = lr_sweep(base, args.lr_sweep, "vanilla-s0");
   std::vector<Arm> arms;
   for (auto& a : unipool_arms(L, E))
     if (a.core || opt.all_arms) arms.push_back(a);
+  auto arm_config = [&](const Arm& a, int64_t s) {
+    Config cfg = base;
+    for (auto& set : a.sets) apply_override(cfg, set);
+    cfg.train.seed = 1000 + s;
+    cfg.run.name = fmt::format("{}-s{}", a.name, s);
+    validate(cfg);
+    return cfg;
+  };
+  share_training([&] {  // seed-major: a stopped repro has whole seeds
+    for (const auto& cfg : lr_sweep_configs(base, args.lr_sweep, "vanilla-s0")) run_variant(cfg);
+    for (int64_t s = 0; s < args.seeds; ++s)
+      for (auto& a : arms) {
+        spdlog::info("repro unipool: {} seed {} ({})", a.name, s, a.label);
+        run_variant(arm_config(a, s));
+      }
+  });
+  if (!args.lr_sweep.empty()) js["lr_sweep"] = lr_sweep(base, args.lr_sweep, "vanilla-s0");
   std::vector<std::string> run_dirs;
-  for (int64_t s = 0; s < args.seeds; ++s)  // seed-major: a stopped repro has whole seeds
+  for (int64_t s = 0; s < args.seeds; ++s)
     for (auto& a : arms) {
-      Config cfg = base;
-      for (auto& set : a.sets) apply_override(cfg, set);
-      cfg.train.seed = 1000 + s;
-      cfg.run.name = fmt::format("{}-s{}", a.name, s);
-      validate(cfg);
-      spdlog::info("repro unipool: {} seed {} ({})", a.name, s, a.label);
-      const auto dir = run_variant(cfg);
+      const auto dir = run_variant(arm_config(a, s));
       run_dirs.push_back(dir);
       auto& arm = js["arms"][a.name];
       arm["label"] = a.label;
