@@ -115,7 +115,8 @@ std::string directions_section(const nlohmann::json& results) {
   if (!withheld.empty())
     md += fmt::format(
         "**No verdicts are called**: {}. A verdict needs every run at least 0.5 nats below the "
-        "unigram entropy and its training loss falling by at most 2 % over its last 20 % of steps.\n\n",
+        "unigram entropy and its loss falling by at most 2 % over its last 20 % of steps (the slope of its held-out "
+        "losses there, or of its training losses where it evaluated fewer than 3 times).\n\n",
         withheld);
   const auto dirs = results.value("directions", nlohmann::json::array());
   for (bool primary : {true, false})
@@ -150,8 +151,9 @@ std::string lr_sweep_section(const nlohmann::json& results) {
   if (!results.contains("lr_sweep")) return "";
   std::string md =
       "## Learning-rate sweep (the reference arm, seed 0, before the arms)\n\n| peak lr | val loss |\n|---|---|\n";
-  for (const auto& r : results["lr_sweep"])
-    md += fmt::format("| {:g} | {:.4f} |\n", r["lr"].get<double>(), r["val_loss"].get<double>());
+  std::map<double, double> by_lr;  // in increasing lr, whatever order the command gave
+  for (const auto& r : results["lr_sweep"]) by_lr[r["lr"].get<double>()] = r["val_loss"].get<double>();
+  for (const auto& [lr, loss] : by_lr) md += fmt::format("| {:g} | {:.4f} |\n", lr, loss);
   return md + "\n";
 }
 

@@ -187,7 +187,9 @@ TrainingHealth training_health(const std::string& run_dir, double margin, double
   // logged training losses
   std::vector<double> x, y;
   const auto records = read_metrics(run_dir + "/metrics.jsonl");
-  for (const std::string key : {"val_loss_mean", "loss"}) {
+  std::string key;
+  for (const std::string k : {"val_loss_mean", "loss"}) {
+    key = k;
     x.clear(), y.clear();
     for (const auto& r : records)
       if (r.contains(key) && r.contains("step") && r["step"].get<double>() >= 0.8 * steps) {
@@ -209,8 +211,8 @@ TrainingHealth training_health(const std::string& run_dir, double margin, double
   else if (x.size() < 3)
     h.problem = fmt::format("{} logged fewer than 3 training losses in its last 20 % of steps", name);
   else if (h.late_fall > max_fall)
-    h.problem = fmt::format("{}'s training loss still fell {:.1f} % over its last 20 % of steps (limit {:.0f} %)", name,
-                            100 * h.late_fall, 100 * max_fall);
+    h.problem = fmt::format("{}'s {} loss still fell {:.1f} % over its last 20 % of steps (limit {:.0f} %)", name,
+                            key == "loss" ? "training" : "held-out", 100 * h.late_fall, 100 * max_fall);
   return h;
 }
 

@@ -39,10 +39,9 @@ bool near_square(const MoELayerShape& s) {
   return std::abs(static_cast<double>(s.latent) / static_cast<double>(s.expert_hidden) - 1) <= 0.4 + 1e-9;
 }
 
-// Trains every arm for every seed (seed-major); appends each run to `runs` and its loss to
-// js["arms"][name]["val_loss"].
-void train_arms(const std::vector<Arm>& arms, const Config& base, int64_t seeds, const std::string& part,
-                nlohmann::json& js, std::vector<std::string>& runs) {
+// Every arm's run for every seed, seed-major (a stopped repro has whole seeds).
+std::vector<Config> arm_configs(const std::vector<Arm>& arms, const Config& base, int64_t seeds) {
+  std::vector<Config> out;
   for (int64_t s = 0; s < seeds; ++s)
     for (const auto& a : arms) {
       Config cfg = base;
@@ -50,8 +49,21 @@ void train_arms(const std::vector<Arm>& arms, const Config& base, int64_t seeds,
       cfg.train.seed = 1000 + s;
       cfg.run.name = fmt::format("{}-s{}", a.name, s);
       validate(cfg);
+      out.push_back(cfg);
+    }
+  return out;
+}
+
+// Trains (or reuses) every arm for every seed; appends each run to `runs` and its loss to
+// js["arms"][name]["val_loss"].
+void train_arms(const std::vector<Arm>& arms, const Config& base, int64_t seeds, const std::string& part,
+                nlohmann::json& js, std::vector<std::string>& runs) {
+  const auto configs = arm_configs(arms, base, seeds);
+  for (int64_t s = 0; s < seeds; ++s)
+    for (size_t i = 0; i < arms.size(); ++i) {
+      const auto& a = arms[i];
       spdlog::info("repro latent: {} seed {} (latent = \"{}\")", a.name, s, a.latent);
-      const auto dir = run_variant(cfg);
+      const auto dir = run_variant(configs[static_cast<size_t>(s) * arms.size() + i]);
       runs.push_back(dir);
       auto& arm = js["arms"][a.name];
       arm.update({{"latent", a.latent}, {"deviation", a.deviation}, {"part", part}});
@@ -203,24 +215,27 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
       {"balancing", fmt::format("Switch aux {:g}, z-loss {:g}, aux-free bias step {:g}", base.model.moe.aux_loss_coef,
                                 base.model.moe.z_loss_coef, base.model.moe.bias_update)}};
   std::vector<std::string> runs;
-  if (!args.lr_sweep.empty()) {  // on the near-square sweep arm
-    Config ref_arm = sweep_base;
-    const auto square = sweep_arms(ref, {ref.latent}, d, sweep_L, true)[0];
-    ref_arm.model.moe.section<LatentConfig>().shapes = square.latent;
-    js["lr_sweep"] = lr_sweep(ref_arm, args.lr_sweep, square.name + "-s0");
-  }
+  Config ref_arm = sweep_base;  // the lr sweep's: the near-square sweep arm
+  const auto square = sweep_arms(ref, {ref.latent}, d, sweep_L, true)[0];
+  ref_arm.model.moe.section<LatentConfig>().shapes = square.latent;
   const auto sweep = sweep_arms(ref, opt.latents, d, sweep_L, args.quick);
   for (const auto& a : sweep) {
     const auto c = latent_cost(d, parse_latent_shapes(a.latent)[0]);
     js["cost"][a.name] = {{"params", c.params}, {"macs", c.macs}};
   }
-  train_arms(sweep, sweep_base, args.seeds, "sweep", js, runs);
-
   Config proxy = base;
   proxy.model.moe.section<LatentConfig>().shapes = repeat_shape(ref, L);
   proxy.train.steps = std::max<int64_t>(10, base.train.steps / 3);
   proxy.eval.every = 0;
   proxy.run.name = "proxy";
+  share_training([&] {
+    for (const auto& cfg : lr_sweep_configs(ref_arm, args.lr_sweep, square.name + "-s0")) run_variant(cfg);
+    run_variant(proxy);
+    for (const auto& cfg : arm_configs(sweep, sweep_base, args.seeds)) run_variant(cfg);
+  });
+  if (!args.lr_sweep.empty()) js["lr_sweep"] = lr_sweep(ref_arm, args.lr_sweep, square.name + "-s0");
+  train_arms(sweep, sweep_base, args.seeds, "sweep", js, runs);
+
   const auto proxy_dir = run_variant(proxy);
   const auto prof = run_measure(proxy_dir, "id_profile", [&] {
     auto loaded = load_model(proxy_dir);
@@ -255,6 +270,9 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
     if (split + 1 <= L - 1) alloc.push_back({"boundary_plus_1", narrow_in(0, split + 1), dev});
     js["proxy"]["narrow"] = {{"shape", format_latent_shapes({sn.rounded})}, {"deviations", sn.deviations()}};
     js["proxy"]["wide"] = {{"shape", format_latent_shapes({sw.rounded})}, {"deviations", sw.deviations()}};
+    share_training([&] {
+      for (const auto& cfg : arm_configs(alloc, base, args.seeds)) run_variant(cfg);
+    });
     train_arms(alloc, base, args.seeds, "allocation", js, runs);
   }
   record_runs(js, runs);
