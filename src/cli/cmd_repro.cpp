@@ -24,14 +24,11 @@ void add_repro_options(CLI::App* cmd, ReproArgs& a) {
   cmd->add_option("--seeds", a.seeds, "seeds per arm (train.seed = 1000 + s)")->check(CLI::Range(1, 20));
   cmd->add_flag("--quick", a.quick, "smoke run: a tiny model, 10 steps, one seed");
   cmd->add_option("--set", a.sets, "override a key of the base config (repeatable)")->type_name("KEY=VALUE");
-  cmd->add_option("--part", a.part,
-                  "share the training among N processes started with --part 1/N ... N/N (same other flags): each "
-                  "trains every N-th run and waits for the rest; each then writes the same results")
-      ->type_name("I/N");
 }
 
 // The drivers whose results.md is rendered from results.json: --report-only renders it again,
-// --lr-sweep trains the reference arm at each learning rate first and records the sweep.
+// --lr-sweep trains the reference arm at each learning rate first and records the sweep, --part
+// shares the training among processes (these drivers hand their runs to share_training first).
 void add_rendered_options(CLI::App* cmd, ReproArgs& a, bool& report_only) {
   add_repro_options(cmd, a);
   cmd->add_flag("--report-only", report_only,
@@ -39,6 +36,10 @@ void add_rendered_options(CLI::App* cmd, ReproArgs& a, bool& report_only) {
   cmd->add_option("--lr-sweep", a.lr_sweep, "peak learning rates to try on the reference arm, seed 0, first")
       ->delimiter(',')
       ->type_name("LR,LR,...");
+  cmd->add_option("--part", a.part,
+                  "share the training among N processes started with --part 1/N ... N/N (same other flags): each "
+                  "trains every N-th run and waits for the rest; each then writes the same results")
+      ->type_name("I/N");
 }
 
 template <class Collect>
