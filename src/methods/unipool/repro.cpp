@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "methods/unipool/repro.h"
@@ -94,6 +95,7 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
                  {"top_k", base.model.moe.top_k},
                  {"experts", E},
                  {"expert_hidden", base.model.moe.expert_hidden},
+                 {"init_std", base.model.init_std},
                  {"steps", base.train.steps},
                  {"tokens_per_step", base.train.batch_size * base.train.seq_len},
                  {"lr", base.train.lr},
@@ -174,14 +176,15 @@ std::string render_unipool_results(const nlohmann::json& js, const std::string& 
   const auto seeds = s["seeds"].get<int64_t>();
   std::string md = fmt::format(
       "# UniPool ablation in miniature\n\n{}\n\n{} MoE layers, d = {}, top-{} of {} experts per layer (the pools hold "
-      "{} x {} = {}), expert width {}, {} steps x {} tokens at peak lr {:g}, {} thread(s) per run. Validation loss is "
-      "the mean over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to on "
-      "the validation windows (seed 0).\n\n",
+      "{} x {} = {}), expert width {}, weights initialised with std {:g} (the paper's 0.01 at hidden 768 would be "
+      "{:.4f} at this width, 0.01 x sqrt(768 / d)), {} steps x {} tokens at peak lr {:g}, {} thread(s) per run. "
+      "Validation loss is the mean over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no "
+      "layer routed to on the validation windows (seed 0).\n\n",
       results_header(js), s["moe_layers"].get<int64_t>(), s["d_model"].get<int64_t>(), s["top_k"].get<int64_t>(),
       s["experts"].get<int64_t>(), s["experts"].get<int64_t>(), s["moe_layers"].get<int64_t>(),
       s["experts"].get<int64_t>() * s["moe_layers"].get<int64_t>(), s["expert_hidden"].get<int64_t>(),
-      s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), s["lr"].get<double>(),
-      s["threads"].get<int64_t>(), seeds);
+      s["init_std"].get<double>(), 0.01 * std::sqrt(768.0 / s["d_model"].get<double>()), s["steps"].get<int64_t>(),
+      s["tokens_per_step"].get<int64_t>(), s["lr"].get<double>(), s["threads"].get<int64_t>(), seeds);
   md += lr_sweep_section(js);
   md +=
       "| arm | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
