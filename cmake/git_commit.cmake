@@ -1,5 +1,6 @@
 # Writes OUT, a source defining mf::build_commit(): the source tree's git commit ("-dirty" with
-# uncommitted changes to tracked files, "unknown" outside git), rewritten only when it changes, so
+# uncommitted changes to tracked files outside repro-runs/ and docs/, which a running repro
+# rewrites, "unknown" outside git), rewritten only when it changes, so
 # a rebuild recompiles one file. Runs at every build (the moeforge_git_commit target).
 set(commit "unknown")
 find_package(Git QUIET)
@@ -8,7 +9,7 @@ if(GIT_FOUND)
                   OUTPUT_VARIABLE head OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
   if(rc EQUAL 0 AND head)
     set(commit ${head})
-    execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SRC} status --porcelain --untracked-files=no
+    execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SRC} status --porcelain --untracked-files=no -- . ":!repro-runs" ":!docs"
                     OUTPUT_VARIABLE changes ERROR_QUIET)
     if(changes)
       set(commit "${commit}-dirty")
