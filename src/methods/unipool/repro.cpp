@@ -174,17 +174,24 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
 std::string render_unipool_results(const nlohmann::json& js, const std::string& out_dir) {
   const auto& s = js["setup"];
   const auto seeds = s["seeds"].get<int64_t>();
+  // results collected before the init was recorded (format 2 of 2026-12-03) render as they were
+  const std::string init =
+      s.contains("init_std")
+          ? fmt::format(
+                " weights initialised with std {:g} (the paper's 0.01 at hidden 768 would be {:.4f} at this "
+                "width, 0.01 x sqrt(768 / d)),",
+                s["init_std"].get<double>(), 0.01 * std::sqrt(768.0 / s["d_model"].get<double>()))
+          : "";
   std::string md = fmt::format(
       "# UniPool ablation in miniature\n\n{}\n\n{} MoE layers, d = {}, top-{} of {} experts per layer (the pools hold "
-      "{} x {} = {}), expert width {}, weights initialised with std {:g} (the paper's 0.01 at hidden 768 would be "
-      "{:.4f} at this width, 0.01 x sqrt(768 / d)), {} steps x {} tokens at peak lr {:g}, {} thread(s) per run. "
-      "Validation loss is the mean over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no "
-      "layer routed to on the validation windows (seed 0).\n\n",
+      "{} x {} = {}), expert width {},{} {} steps x {} tokens at peak lr {:g}, {} thread(s) per run. Validation loss "
+      "is the mean over the four domains (nats), mean ± std over {} seed(s). Dead = stored experts no layer routed to "
+      "on the validation windows (seed 0).\n\n",
       results_header(js), s["moe_layers"].get<int64_t>(), s["d_model"].get<int64_t>(), s["top_k"].get<int64_t>(),
       s["experts"].get<int64_t>(), s["experts"].get<int64_t>(), s["moe_layers"].get<int64_t>(),
-      s["experts"].get<int64_t>() * s["moe_layers"].get<int64_t>(), s["expert_hidden"].get<int64_t>(),
-      s["init_std"].get<double>(), 0.01 * std::sqrt(768.0 / s["d_model"].get<double>()), s["steps"].get<int64_t>(),
-      s["tokens_per_step"].get<int64_t>(), s["lr"].get<double>(), s["threads"].get<int64_t>(), seeds);
+      s["experts"].get<int64_t>() * s["moe_layers"].get<int64_t>(), s["expert_hidden"].get<int64_t>(), init,
+      s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), s["lr"].get<double>(),
+      s["threads"].get<int64_t>(), seeds);
   md += lr_sweep_section(js);
   md +=
       "| arm | stored experts | expert params | % of vanilla | val loss | Δ vs vanilla | dead |\n"
