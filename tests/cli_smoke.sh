@@ -55,10 +55,18 @@ for f in config.toml metrics.jsonl summary.json loss.svg; do [ -s runs/smoke/$f 
 grep -q '"val_loss"' runs/smoke/metrics.jsonl || fail "no validation lines in metrics"
 grep -q "perplexity" train.txt || fail "no summary table"
 grep -q "sample:" train.txt || fail "no text sample"
-# OpenBLAS runs the kernels this CPU supports, not the Prescott fallback of a generic CPUID model
-if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo &&
-  ! grep -q "not OpenBLAS" runs/smoke/environment.json; then
-  grep -q "OpenBLAS kernels: SkylakeX" runs/smoke/environment.json || fail "OpenBLAS kernels in environment.json"
+# OpenBLAS runs the kernels this CPU supports, not the Prescott fallback of a generic CPUID model;
+# an OPENBLAS_CORETYPE already in the environment is the user's choice and is kept (some machines
+# set Haswell on AVX-512 CPUs whose SkylakeX kernels an older OpenBLAS gets wrong)
+blas_kernels=""
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  blas_kernels=$OPENBLAS_CORETYPE
+elif grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo; then
+  blas_kernels=SkylakeX
+fi
+if [ -n "$blas_kernels" ] && ! grep -q "not OpenBLAS" runs/smoke/environment.json; then
+  grep -qi "OpenBLAS kernels: $blas_kernels" runs/smoke/environment.json ||
+    fail "OpenBLAS kernels in environment.json (want $blas_kernels)"
 fi
 CK=$(ls -d runs/smoke/checkpoints/step_* | tail -1)
 [ -s "$CK/model.safetensors" ] && [ -s "$CK/optimizer.safetensors" ] && [ -s "$CK/tokenizer.model" ] || fail "checkpoint files"
