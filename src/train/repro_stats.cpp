@@ -216,4 +216,13 @@ TrainingHealth training_health(const std::string& run_dir, double margin, double
   return h;
 }
 
+double held_out_loss_at(const std::string& run_dir, double fraction) {
+  const double steps = nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("steps", 0.0);
+  double loss = NAN;
+  for (const auto& r : read_metrics(run_dir + "/metrics.jsonl"))
+    if (r.contains("val_loss_mean") && r.contains("step") && r["step"].get<double>() <= fraction * steps + 1e-9)
+      loss = r["val_loss_mean"].get<double>();
+  return loss;
+}
+
 }  // namespace mf

@@ -84,4 +84,9 @@ struct TrainingHealth {
 };
 TrainingHealth training_health(const std::string& run_dir, double margin = 0.5, double max_fall = 0.02);
 
+// The held-out loss (val_loss_mean) of a run's last evaluation at or before `fraction` of its
+// steps, NaN where it has none: a direction computed from these says whether the final ranking
+// was already there earlier in training.
+double held_out_loss_at(const std::string& run_dir, double fraction);
+
 }  // namespace mf

@@ -110,6 +110,17 @@ TEST(ReproStats, TrainingHealthNeedsDistanceFromThePlateauAndAFlatTail) {
   EXPECT_EQ(validated.problem, "");
 }
 
+TEST(ReproStats, HeldOutLossAtAFractionIsTheLastEvaluationBeforeIt) {
+  const auto dir = fake_run("fraction", 5.0, [](double) { return 5.0; });
+  std::string m = read_file(dir + "/metrics.jsonl");
+  for (int s : {40, 80, 100}) m += nlohmann::json{{"step", s}, {"val_loss_mean", 6.0 - s / 100.0}}.dump() + "\n";
+  write_file_atomic(dir + "/metrics.jsonl", m);
+  EXPECT_DOUBLE_EQ(held_out_loss_at(dir, 0.8), 5.2);   // the evaluation at step 80
+  EXPECT_DOUBLE_EQ(held_out_loss_at(dir, 0.79), 5.6);  // step 40: the last one before step 79
+  EXPECT_DOUBLE_EQ(held_out_loss_at(dir, 1.0), 5.0);
+  EXPECT_TRUE(std::isnan(held_out_loss_at(dir, 0.3)));
+}
+
 // Every committed results file of the current format regenerates byte for byte (results.md and
 // the pictures its renderer writes); older ones are listed by the test below.
 TEST(ReproResults, CommittedResultsRegenerateByteForByte) {

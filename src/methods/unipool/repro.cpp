@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -15,6 +16,7 @@
 #include "io/model_io.h"
 #include "methods/unipool/probe.h"
 #include "train/repro_report.h"
+#include "train/repro_stats.h"
 
 namespace mf {
 namespace {
@@ -129,6 +131,8 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
       auto& arm = js["arms"][a.name];
       arm["label"] = a.label;
       arm["val_loss"].push_back(nlohmann::json::parse(read_file(dir + "/summary.json"))["val_loss_mean"]);
+      const double early = held_out_loss_at(dir, 0.8);
+      arm["val_loss_80"].push_back(std::isfinite(early) ? nlohmann::json(early) : nlohmann::json());
       if (opt.probe && (a.name == "vanilla" || a.name == "unipool"))
         js["probe"][a.name].push_back(run_measure(dir, "probe", [&] {
           return routing_probe(open_evaluable(dir, base.eval.windows), ProbeOptions{}).to_json();
@@ -158,6 +162,20 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
       js["directions"].push_back(direction_json(
           {c.text + " (val loss, " + c.worse + " - " + c.better + ")", true, c.primary, c.paper, " nats"},
           paired_difference(losses(c.worse), losses(c.better))));
+  // the primary directions again from the held-out losses at 80 % of the steps: was the final
+  // ranking already there while every run was still falling?
+  auto early = [&](const std::string& n) {
+    const auto& v = js["arms"][n]["val_loss_80"];
+    return std::none_of(v.begin(), v.end(), [](const auto& x) { return x.is_null(); }) ? v.get<std::vector<double>>()
+                                                                                       : std::vector<double>{};
+  };
+  for (const auto& c : unipool_claims())
+    if (c.primary && js["arms"].contains(c.worse) && js["arms"].contains(c.better) && !early(c.worse).empty() &&
+        !early(c.better).empty())
+      js["directions"].push_back(
+          direction_json({c.text + " at 80 % of the steps (val loss there, " + c.worse + " - " + c.better + ")", true,
+                          false, std::nullopt, " nats"},
+                         paired_difference(early(c.worse), early(c.better))));
   if (opt.probe) {
     std::map<std::string, std::vector<double>> cost;
     for (const auto& [arm, mode] : {std::pair{"vanilla", "own"}, std::pair{"unipool", "matched"}})
