@@ -112,25 +112,53 @@ nlohmann::json direction_json(const Direction& d, const PairedDifference& p) {
   return j;
 }
 
-std::string direction_line(const nlohmann::json& d, const std::string& withheld) {
+namespace {
+
+PairedDifference stored_difference(const nlohmann::json& d) {
+  return paired_from(d["difference"].get<double>(), d["se"].get<double>(), d["seeds"].get<size_t>(),
+                     d.value("dof", int64_t{0}));
+}
+
+// " → **held**", or no verdict and why (see direction_line).
+std::string verdict(const nlohmann::json& d, const std::string& withheld, bool still_falling) {
+  if (!withheld.empty()) return fmt::format(" → **no verdict** ({})", withheld);
+  const bool want = d.value("want_positive", true);
+  const auto call = stored_difference(d).call(want);
+  if (!still_falling || (call != "held" && call != "did not hold")) return fmt::format(" → **{}**", call);
+  if (!d.contains("early"))
+    return " → **no verdict** (runs still falling at the end, and no value at 80 % of the steps to check against)";
+  const auto early = stored_difference(d["early"]).call(want);
+  if (early != call)
+    return fmt::format(" → **no verdict** ({} at the end but {} at 80 % of the steps, while runs were still falling)",
+                       call, early);
+  return fmt::format(" → **{}** (already at 80 % of the steps)", call);
+}
+
+}  // namespace
+
+std::string direction_line(const nlohmann::json& d, const std::string& withheld, bool still_falling) {
   const int digits = d.value("digits", 4);
   const auto unit = d.value("unit", std::string());
-  const auto p = paired_from(d["difference"].get<double>(), d["se"].get<double>(), d["seeds"].get<size_t>(),
-                             d.value("dof", int64_t{0}));
   auto num = [&](double v) { return fmt::format("{:+.{}f}", v, digits); };
+  auto interval = [&](const PairedDifference& p) {
+    return fmt::format("95 % CI {} to {}, n = {}{}", num(p.lo()), num(p.hi()), p.seeds,
+                       p.degrees() + 1 == static_cast<int64_t>(p.seeds) ? "" : fmt::format(", {} dof", p.degrees()));
+  };
+  const auto p = stored_difference(d);
   std::string s = fmt::format("- {}{}: {}{}", d.value("primary", false) ? "**[primary]** " : "",
                               d["text"].get<std::string>(), num(p.mean), unit);
   if (p.degrees() >= 1)
-    s += fmt::format(" (95 % CI {} to {}, n = {}{}; detectable at this n: ±{:.{}f})", num(p.lo()), num(p.hi()), p.seeds,
-                     p.degrees() + 1 == static_cast<int64_t>(p.seeds) ? "" : fmt::format(", {} dof", p.degrees()),
-                     p.half_width(), digits);
+    s += fmt::format(" ({}; detectable at this n: ±{:.{}f})", interval(p), p.half_width(), digits);
   else
     s += fmt::format(" (n = {})", p.seeds);
+  if (d.contains("early") && p.degrees() >= 1) {
+    const auto e = stored_difference(d["early"]);
+    s += fmt::format("; at 80 % of the steps: {} ({})", num(e.mean), interval(e));
+  }
   if (d.contains("paper"))
     s += fmt::format("; paper: {}{} ({})", num(d["paper"]["value"].get<double>()), unit,
                      d["paper"]["where"].get<std::string>());
-  if (!withheld.empty()) return s + fmt::format(" → **no verdict** ({})\n", withheld);
-  return s + fmt::format(" → **{}**\n", p.call(d.value("want_positive", true)));
+  return s + verdict(d, withheld, still_falling) + "\n";
 }
 
 double LeastSquares::half_width(size_t i) const { return dof >= 1 ? student_t_quantile(0.975, dof) * se.at(i) : NAN; }
@@ -206,11 +234,14 @@ TrainingHealth training_health(const std::string& run_dir, double margin, double
   }
   const auto name = run_dir.substr(run_dir.find_last_of('/') + 1);
   if (h.unigram > 0 && h.val_loss > h.unigram - margin)
+    h.kind = "plateau",
     h.problem = fmt::format("{} ends at {:.3f} nats, less than {:.1f} below the unigram entropy {:.3f}", name,
                             h.val_loss, margin, h.unigram);
   else if (x.size() < 3)
+    h.kind = "few_losses",
     h.problem = fmt::format("{} logged fewer than 3 training losses in its last 20 % of steps", name);
   else if (h.late_fall > max_fall)
+    h.kind = "falling",
     h.problem = fmt::format("{}'s {} loss still fell {:.1f} % over its last 20 % of steps (limit {:.0f} %)", name,
                             key == "loss" ? "training" : "held-out", 100 * h.late_fall, 100 * max_fall);
   return h;

@@ -56,13 +56,18 @@ struct Direction {
 };
 
 // The direction with its numbers as results.json keeps them:
-// {text, want_positive, primary, difference, se, seeds, dof, ci: [lo, hi], detectable, call, paper?}.
+// {text, want_positive, primary, difference, se, seeds, dof, ci: [lo, hi], detectable, call, paper?},
+// and "early" ({difference, se, seeds, dof}: the same direction from the held-out losses at 80 % of
+// the steps) where the driver adds it.
 nlohmann::json direction_json(const Direction& d, const PairedDifference& p);
 // One markdown line for a direction_json entry, the verdict recomputed from its numbers (a stale
 // call in the file cannot survive a re-render), or no verdict with the reason `withheld`:
 // "- **[primary]** TEXT: +0.0123 (95 % CI +0.0010 to +0.0236, n = 5; detectable at this n: ±0.0113);
 //  paper: +0.0288 (Table 5) → **held**".
-std::string direction_line(const nlohmann::json& d, const std::string& withheld = "");
+// `still_falling` (some run's loss still fell fast at the end): a held / did-not-hold verdict
+// stands only where the 80 % value ("early") gives the same one, so the ranking is not one that
+// formed while the runs were still falling; "not resolved" stands as it is.
+std::string direction_line(const nlohmann::json& d, const std::string& withheld = "", bool still_falling = false);
 
 // Ordinary least squares y ~ X (rows of X are the regressors of one observation) with each
 // coefficient's standard error and t interval on n - p degrees of freedom.
@@ -81,6 +86,7 @@ LeastSquares least_squares(const std::vector<std::vector<double>>& X, const std:
 struct TrainingHealth {
   double val_loss = 0, unigram = 0, late_fall = 0;  // late_fall: relative drop over the last 20 %
   std::string problem;
+  std::string kind;  // of the problem: "plateau", "few_losses", "falling" (late_fall > max_fall) or ""
 };
 TrainingHealth training_health(const std::string& run_dir, double margin = 0.5, double max_fall = 0.02);
 

@@ -58,6 +58,56 @@ TEST(ReproStats, DirectionLineRecomputesTheVerdictAndShowsTheInterval) {
   EXPECT_NE(direction_line(j, "1 of 4 runs are not well trained").find("→ **no verdict** (1 of 4"), std::string::npos);
 }
 
+TEST(ReproStats, StillFallingRunsNeedTheSameVerdictAtEightyPercent) {
+  Direction d{"A beats B (B - A)", true, true, std::nullopt, " nats"};
+  const auto held = paired_difference({1.10, 1.22, 1.31}, {1.00, 1.10, 1.20});
+  const auto unresolved = paired_difference({1.10, 1.20, 1.05}, {1.0, 1.0, 1.0});
+  auto with_early = [&](const PairedDifference& final, const PairedDifference& early) {
+    auto j = direction_json(d, final);
+    const auto e = direction_json(d, early);
+    j["early"] = {{"difference", e["difference"]}, {"se", e["se"]}, {"seeds", e["seeds"]}, {"dof", e["dof"]}};
+    return j;
+  };
+  const auto same = direction_line(with_early(held, held), "", true);
+  EXPECT_NE(same.find("; at 80 % of the steps: +0.1100 (95 % CI +0.0852 to +0.1348, n = 3)"), std::string::npos)
+      << same;
+  EXPECT_NE(same.find("→ **held** (already at 80 % of the steps)"), std::string::npos) << same;
+  const auto formed_late = direction_line(with_early(held, unresolved), "", true);
+  EXPECT_NE(formed_late.find("→ **no verdict** (held at the end but not resolved at this scale at 80 % of the steps"),
+            std::string::npos)
+      << formed_late;
+  // no run still falling: the final call, the 80 % value only shown
+  EXPECT_NE(direction_line(with_early(held, unresolved)).find("→ **held**\n"), std::string::npos);
+  // "not resolved" claims nothing, so it needs no check
+  EXPECT_NE(direction_line(with_early(unresolved, held), "", true).find("→ **not resolved at this scale**\n"),
+            std::string::npos);
+  EXPECT_NE(direction_line(direction_json(d, held), "", true).find("→ **no verdict** (runs still falling"),
+            std::string::npos);
+}
+
+TEST(ReproResults, EarlyDirectionsComeFromTheHeldOutLossesAtEightyPercent) {
+  nlohmann::json r = {{"arms",
+                       {{"a", {{"val_loss", {1.1, 1.2, 1.3}}, {"val_loss_80", {1.5, 1.6, 1.8}}}},
+                        {"b", {{"val_loss", {1.0, 1.1, 1.2}}, {"val_loss_80", {1.4, 1.5, 1.6}}}}}}};
+  auto add = [](nlohmann::json& x) {
+    const auto a = x["arms"]["a"]["val_loss"].get<std::vector<double>>();
+    const auto b = x["arms"]["b"]["val_loss"].get<std::vector<double>>();
+    x["directions"].push_back(direction_json({"b beats a", true, true, std::nullopt, ""}, paired_difference(a, b)));
+    if (!x.value("early_pass", false))
+      x["directions"].push_back(direction_json({"final only", true, false, std::nullopt, ""}, paired_difference(a, b)));
+  };
+  add_directions_with_early(r, add);
+  ASSERT_EQ(r["directions"].size(), 2u);
+  // early differences 0.1, 0.1, 0.2: mean 0.13333
+  EXPECT_NEAR(r["directions"][0]["early"]["difference"].get<double>(), 0.4 / 3, 1e-12);
+  EXPECT_EQ(r["directions"][0]["early"]["seeds"], 3);
+  EXPECT_NEAR(r["directions"][0]["difference"].get<double>(), 0.1, 1e-12);
+  EXPECT_FALSE(r["directions"][1].contains("early"));
+  r["arms"]["b"]["val_loss_80"][1] = nullptr;  // a run that never evaluated by 80 %: no early values
+  add_directions_with_early(r, add);
+  EXPECT_FALSE(r["directions"][0].contains("early"));
+}
+
 TEST(ReproStats, LeastSquaresCoefficientAndItsStandardError) {
   // y on (1, x) through (0, 0), (1, 1), (2, 1): b = 1/2, a = 1/6, RSS = 1/6 on 1 dof, se(b) = sqrt(1/12)
   const auto fit = least_squares({{1, 0}, {1, 1}, {1, 2}}, {0, 1, 1});
@@ -100,6 +150,8 @@ TEST(ReproStats, TrainingHealthNeedsDistanceFromThePlateauAndAFlatTail) {
   const auto falling = training_health(fake_run("falling", 5.0, [](double s) { return 6.3 - 0.01 * s; }));
   EXPECT_NEAR(falling.late_fall, 0.2 / 5.4, 1e-9);
   EXPECT_NE(falling.problem.find("still fell 3.7 %"), std::string::npos) << falling.problem;
+  EXPECT_EQ(falling.kind, "falling");
+  EXPECT_EQ(plateau.kind, "plateau");
   // with 3 validation losses in the last 20 %, those decide (flat here), not the falling batch losses
   const auto dir = fake_run("validated", 5.0, [](double s) { return 6.3 - 0.01 * s; });
   std::string m = read_file(dir + "/metrics.jsonl");

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "methods/latent/repro.h"
@@ -25,6 +26,7 @@
 #include "methods/latent/latent.h"
 #include "methods/latent/shape.h"
 #include "train/repro_report.h"
+#include "train/repro_stats.h"
 
 namespace mf {
 namespace {
@@ -68,6 +70,8 @@ void train_arms(const std::vector<Arm>& arms, const Config& base, int64_t seeds,
       auto& arm = js["arms"][a.name];
       arm.update({{"latent", a.latent}, {"deviation", a.deviation}, {"part", part}});
       arm["val_loss"].push_back(nlohmann::json::parse(read_file(dir + "/summary.json"))["val_loss_mean"]);
+      const double early = held_out_loss_at(dir, 0.8);
+      arm["val_loss_80"].push_back(std::isfinite(early) ? nlohmann::json(early) : nlohmann::json());
       if (s == 0) js["order"][part].push_back(a.name);
     }
 }
@@ -153,7 +157,7 @@ std::string square_arm(const nlohmann::json& js) {
 }
 
 void add_directions(nlohmann::json& js, int64_t seeds) {
-  auto& dirs = js["directions"] = nlohmann::json::array();
+  auto& dirs = js["directions"];
   dirs.push_back(direction_json({"U shape: the quadratic coefficient of val loss in log2(l/m) is positive (one "
                                  "intercept per seed, every sweep run)",
                                  true, true, std::nullopt, " nats per log2² ", 1, 5},
@@ -276,7 +280,7 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
     train_arms(alloc, base, args.seeds, "allocation", js, runs);
   }
   record_runs(js, runs);
-  add_directions(js, args.seeds);
+  add_directions_with_early(js, [&](nlohmann::json& r) { add_directions(r, args.seeds); });
   return js;
 }
 

@@ -81,6 +81,26 @@ std::vector<Claim> unipool_claims() {
   };
 }
 
+// The claims whose arms ran, as directions from r["arms"][*]["val_loss"]; the probe's direction
+// too, except in the 80 % pass (it is measured on the final checkpoints).
+void add_directions(nlohmann::json& r, bool probe) {
+  auto losses = [&](const std::string& n) { return r["arms"][n]["val_loss"].get<std::vector<double>>(); };
+  for (const auto& c : unipool_claims())
+    if (r["arms"].contains(c.worse) && r["arms"].contains(c.better))
+      r["directions"].push_back(direction_json(
+          {c.text + " (val loss, " + c.worse + " - " + c.better + ")", true, c.primary, c.paper, " nats"},
+          paired_difference(losses(c.worse), losses(c.better))));
+  if (!probe || r.value("early_pass", false)) return;
+  std::map<std::string, std::vector<double>> cost;
+  for (const auto& [arm, mode] : {std::pair{"vanilla", "own"}, std::pair{"unipool", "matched"}})
+    for (const auto& rep : r["probe"][arm]) cost[arm].push_back(rep["mean_delta"][mode].get<double>());
+  r["directions"].push_back(direction_json(
+      {"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla (mean loss "
+       "increase, UniPool - vanilla)",
+       true, false, std::nullopt, " nats"},
+      paired_difference(cost["unipool"], cost["vanilla"])));
+}
+
 }  // namespace
 
 nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
@@ -155,37 +175,7 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
   js["arm_order"] = nlohmann::json::array();
   for (auto& a : arms) js["arm_order"].push_back(a.name);
   record_runs(js, run_dirs);
-  auto losses = [&](const std::string& n) { return js["arms"][n]["val_loss"].get<std::vector<double>>(); };
-  js["directions"] = nlohmann::json::array();
-  for (const auto& c : unipool_claims())
-    if (js["arms"].contains(c.worse) && js["arms"].contains(c.better))
-      js["directions"].push_back(direction_json(
-          {c.text + " (val loss, " + c.worse + " - " + c.better + ")", true, c.primary, c.paper, " nats"},
-          paired_difference(losses(c.worse), losses(c.better))));
-  // the primary directions again from the held-out losses at 80 % of the steps: was the final
-  // ranking already there while every run was still falling?
-  auto early = [&](const std::string& n) {
-    const auto& v = js["arms"][n]["val_loss_80"];
-    return std::none_of(v.begin(), v.end(), [](const auto& x) { return x.is_null(); }) ? v.get<std::vector<double>>()
-                                                                                       : std::vector<double>{};
-  };
-  for (const auto& c : unipool_claims())
-    if (c.primary && js["arms"].contains(c.worse) && js["arms"].contains(c.better) && !early(c.worse).empty() &&
-        !early(c.better).empty())
-      js["directions"].push_back(
-          direction_json({c.text + " at 80 % of the steps (val loss there, " + c.worse + " - " + c.better + ")", true,
-                          false, std::nullopt, " nats"},
-                         paired_difference(early(c.worse), early(c.better))));
-  if (opt.probe) {
-    std::map<std::string, std::vector<double>> cost;
-    for (const auto& [arm, mode] : {std::pair{"vanilla", "own"}, std::pair{"unipool", "matched"}})
-      for (const auto& rep : js["probe"][arm]) cost[arm].push_back(rep["mean_delta"][mode].get<double>());
-    js["directions"].push_back(direction_json(
-        {"randomizing one deep-half layer's routing costs UniPool (cardinality-matched) more than vanilla (mean loss "
-         "increase, UniPool - vanilla)",
-         true, false, std::nullopt, " nats"},
-        paired_difference(cost["unipool"], cost["vanilla"])));
-  }
+  add_directions_with_early(js, [&](nlohmann::json& r) { add_directions(r, opt.probe); });
   return js;
 }
 
