@@ -316,8 +316,13 @@ grep -q "validation loss difference" repro_unif_lm/results.md || fail "repro uni
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
   --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_umoe.txt 2>&1 || {
   cat repro_umoe.txt; fail "repro umoe --quick"; }
-grep -q "Symmetric perturbation beats one-sided" repro_umoe/results.md || fail "repro umoe results"
-[ -s repro_umoe/loss_curves.svg ] || fail "repro umoe curves"
+grep -q "symmetric perturbation beats one-sided" repro_umoe/results.md || fail "repro umoe results"
+grep -q "JSD between domains" repro_umoe/results.md || fail "repro umoe: the pretrained experts' specialisation"
+[ -s repro_umoe/loss_curves.svg ] && [ -s repro_umoe/pretrained_saliency.svg ] || fail "repro umoe pictures"
+closes_with_limits repro_umoe/results.md
+cp repro_umoe/results.md repro_umoe_first.md
+expect_ok "rendered" -- "$MF" repro umoe --report-only --out repro_umoe
+cmp repro_umoe/results.md repro_umoe_first.md || fail "repro umoe --report-only renders other bytes"
 "$MF" repro intb --quick --config "$SRC/configs/repro/intb.toml" --out repro_intb --set train.threads=1 \
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
   --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_intb.txt 2>&1 || {

@@ -130,11 +130,13 @@ void register_repro_commands(CLI::App& app) {
 
   auto* um = repro->add_subcommand(
       "umoe",
-      "UMoE in miniature: pretrain a vanilla MoE LM on the mixed corpus, then per seed fine-tune on one domain "
-      "directly, after UMoE's surgery and after the one-sided ablation; domain losses, curves, post-hoc pruning");
-  static ReproArgs umoe_args{"configs/repro/umoe.toml", "docs/repro/umoe", {}, 3};
+      "UMoE in miniature: pretrain a fine-grained vanilla MoE LM on the mixed corpus (its experts' domain "
+      "specialisation measured), then per seed fine-tune on one domain directly, after UMoE's surgery and after the "
+      "one-sided ablation; held-out losses at four points, curves, the low-saliency half's share and pruning cost");
+  static ReproArgs umoe_args{"configs/repro/umoe.toml", "docs/repro/umoe", {}, 5};
   static UMoEReproOptions umoe_opt;
-  add_repro_options(um, umoe_args);
+  static bool umoe_report_only = false;
+  add_rendered_options(um, umoe_args, umoe_report_only);
   um->add_option("--domain", umoe_opt.domain, "target domain")
       ->capture_default_str()
       ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
@@ -142,7 +144,7 @@ void register_repro_commands(CLI::App& app) {
   um->add_option("--calib-samples", umoe_opt.calib_samples, "calibration windows")->capture_default_str();
   um->add_option("--prune", umoe_opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
   um->add_option("--sigma", umoe_opt.sigma, "perturbation scale")->capture_default_str();
-  um->callback([] { write_results(umoe_repro(umoe_args, umoe_opt)); });
+  um->callback([] { run_rendered(umoe_args, umoe_report_only, [] { return umoe_repro(umoe_args, umoe_opt); }); });
 
   auto* ib = repro->add_subcommand(
       "intb",

@@ -183,11 +183,22 @@ void share_training(const std::function<void()>& body) {
   for (const auto& cfg : others) run_variant(cfg);  // waits for each
 }
 
-std::string run_variant(const Config& cfg, const std::string& init_from) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(cfg.run.out_dir) / cfg.run.name;
+namespace {
+std::filesystem::path hand_out(const Config& cfg) {
+  const auto dir = std::filesystem::path(cfg.run.out_dir) / cfg.run.name;
   auto& runs = variant_runs();
   if (std::find(runs.begin(), runs.end(), dir.string()) == runs.end()) runs.push_back(dir.string());
+  return dir;
+}
+}  // namespace
+
+bool trains_here(const Config& cfg) {
+  const auto dir = hand_out(cfg);
+  return own_run(dir.string()) && !finished_with(dir, cfg);
+}
+
+std::string run_variant(const Config& cfg, const std::string& init_from) {
+  const auto dir = hand_out(cfg);
   if (!own_run(dir.string())) {
     if (skipped) {
       const auto seen = std::find_if(skipped->begin(), skipped->end(), [&](const Config& c) {

@@ -38,6 +38,10 @@ struct RunShare {
 };
 void set_run_share(RunShare share);
 void share_training(const std::function<void()>& body);
+// Hands out `cfg`'s run (as run_variant does) and says whether this part will train it: it is
+// this part's and has not finished with that config. What a run needs before it starts (a
+// surgery's initial weights) is made where this is true, so parts never write the same files.
+bool trains_here(const Config& cfg);
 // The recipe every arm of a fine-tuning comparison shares: `steps` steps at peak `lr` (warm-up
 // a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
 // evaluation, run name `name`; then validated.

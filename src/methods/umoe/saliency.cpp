@@ -184,6 +184,21 @@ nlohmann::json saliency_json(const std::vector<LayerSaliency>& layers) {
   return j;
 }
 
+std::vector<LayerSaliency> saliency_from_json(const nlohmann::json& j) {
+  std::vector<LayerSaliency> out;
+  for (const auto& l : j) {
+    LayerSaliency s;
+    s.layer = l["layer"].get<int64_t>();
+    for (const auto& e : l["experts"]) {
+      s.saliency.push_back(e["saliency"].get<double>());
+      s.tokens.push_back(e["tokens"].get<int64_t>());
+      s.mean_gate.push_back(e["mean_gate"].get<double>());
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 std::string saliency_svg(const std::vector<LayerSaliency>& layers, const std::string& title) {
   std::vector<std::vector<double>> rows;
   HeatmapOptions h;

@@ -64,6 +64,7 @@ std::vector<int64_t> lowest_saliency(const LayerSaliency& s, double fraction);
 double pair_share(const LayerSaliency& s, const std::vector<int64_t>& experts);
 
 nlohmann::json saliency_json(const std::vector<LayerSaliency>& layers);
+std::vector<LayerSaliency> saliency_from_json(const nlohmann::json& j);  // saliency_json's inverse
 std::string saliency_svg(const std::vector<LayerSaliency>& layers, const std::string& title);
 
 }  // namespace mf

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "io/checkpoint.h"
 #include "io/model_io.h"
+#include "methods/umoe/specialisation.h"
 #include "methods/umoe/umoe.h"
 #include "model/moe_ffn.h"
 #include "test_support.h"
@@ -320,4 +322,18 @@ TEST(UMoE, BrokenInputsGiveClearErrors) {
   EXPECT_EQ(cfg.data.weight_technical, 1.0);
   EXPECT_EQ(cfg.data.weight_dictionary + cfg.data.weight_scripture + cfg.data.weight_quotations, 0.0);
   EXPECT_NE(message([&] { restrict_to_domain(cfg, "poetry"); }).find("poetry"), std::string::npos);
+}
+
+TEST(UMoE, DomainDivergenceByHand) {
+  EXPECT_NEAR(mf::js_divergence({1, 0}, {0, 1}), 1.0, 1e-15);  // disjoint: 1 bit
+  EXPECT_NEAR(mf::js_divergence({3, 1}, {6, 2}), 0.0, 1e-15);  // the same shares
+  // p = (1, 0), q = (1/2, 1/2), m = (3/4, 1/4): KL(p||m) = log2(4/3), KL(q||m) = 1/2 log2(2/3) + 1/2 log2 2
+  const double expect = 0.5 * std::log2(4.0 / 3) + 0.5 * (0.5 * std::log2(2.0 / 3) + 0.5);
+  EXPECT_NEAR(mf::js_divergence({2, 0}, {5, 5}), expect, 1e-15);
+  EXPECT_NEAR(expect, 0.3113, 1e-4);
+  // three domains, one layer: pairs (a,b) = 1, (a,c) = 0, (b,c) = 1 -> mean 2/3
+  const auto d = mf::domain_divergence({{{1, 0}}, {{0, 1}}, {{4, 0}}});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NEAR(d[0], 2.0 / 3, 1e-15);
+  EXPECT_THROW(mf::js_divergence({0, 0}, {1, 1}), std::invalid_argument);
 }
