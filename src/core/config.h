@@ -174,9 +174,9 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t ckpt_every = 250;
   int64_t keep_checkpoints = 2;
-  bool shard_checkpoints = true;
-  bool overlap_grad_sum = false;  // with W > 1 ranks, gradient sums start during the backward  // with W > 1 ranks,
-                                  // each rank writes 1/W of every checkpoint
+  bool shard_checkpoints = true;  // with W > 1 ranks, each rank writes 1/W of every checkpoint
+  bool overlap_grad_sum = false;  // with W > 1 ranks, gradient sums start during the backward
+                                  // (on a Gloo channel of its own, train/grad_overlap.h)
   int64_t skip_nonfinite = 0;     // steps with a non-finite loss or gradient skipped before the run stops
 };
 
