@@ -133,8 +133,8 @@ std::string directions_section(const nlohmann::json& results) {
         withheld);
   else if (!falling.empty())
     md += fmt::format(
-        "**Verdicts need the same call at 80 % of the steps**: {} (limit 2 %; the slope of its held-out losses "
-        "there). A ranking that formed while runs were still falling may be one of optimisation speed, so a held or "
+        "**Verdicts need the same call at 80 % of the steps**: {} (the slope of the held-out losses there). A "
+        "ranking that formed while runs were still falling may be one of optimisation speed, so a held or "
         "did-not-hold verdict stands only where the held-out losses at 80 % of the steps give the same verdict; "
         "otherwise no verdict is called.\n\n",
         falling);
