@@ -30,8 +30,9 @@ double number(const nlohmann::json& v, const std::string& field, double lo, doub
 
 int64_t integer(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) bad(field, fmt::format("must be an integer, not {}", type_name(v)));
-  const auto x = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
-                                        : v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
+    bad(field, fmt::format("must lie in [{}, {}], got {}", lo, hi, v.get<uint64_t>()));
+  const auto x = v.get<int64_t>();
   if (x < lo || x > hi) bad(field, fmt::format("must lie in [{}, {}], got {}", lo, hi, x));
   return x;
 }
@@ -39,10 +40,11 @@ int64_t integer(const nlohmann::json& v, const std::string& field, int64_t lo, i
 }  // namespace
 
 CompletionRequest parse_completion_request(const std::string& body) {
+  if (body.find('\0') != std::string::npos) throw RequestError(400, "", "the body contains a NUL byte");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers beyond a double (1e999)
     throw RequestError(400, "", fmt::format("the body is not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) throw RequestError(400, "", "the body must be a JSON object");

@@ -16,9 +16,10 @@ at::Tensor top_p_filter(const at::Tensor& probs, double top_p) {
 
 namespace {
 
-// The next token of one row from its last logits [V].
+// The next token of one row from its last logits [V]. Below kGreedyBelow the temperature's limit
+// T -> 0, greedy, is taken: logits / T would overflow (5e-324 makes every logit infinite).
 int64_t pick(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen) {
-  if (opt.temperature <= 0) return logits_V.argmax().item<int64_t>();
+  if (opt.temperature < kGreedyBelow) return logits_V.argmax().item<int64_t>();
   auto probs = top_p_filter(torch::softmax(logits_V / opt.temperature, -1), opt.top_p);
   return torch::multinomial(probs, 1, false, gen).item<int64_t>();
 }

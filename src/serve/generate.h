@@ -7,9 +7,12 @@
 
 namespace mf {
 
+// Temperatures below this sample greedily: T -> 0's limit, where logits / T would overflow.
+constexpr double kGreedyBelow = 1e-6;
+
 struct SamplingOptions {
   int64_t max_tokens = 64;
-  double temperature = 0.8;  // 0 = greedy
+  double temperature = 0.8;  // below kGreedyBelow (0 included): greedy
   double top_p = 0.9;
   uint64_t seed = 7;
   int stop_token = -1;  // e.g. the tokenizer's EOS

@@ -116,6 +116,21 @@ TEST(Completions, RequestsAreCheckedFieldByField) {
   EXPECT_EQ(param_of(R"({"prompt": "a", "n": 2})"), "n");
   EXPECT_EQ(param_of(R"({"prompt": "a", "echo": false, "logprobs": null})"), "accepted");
   EXPECT_EQ(param_of(R"({"prompt": "a", "colour": "red"})"), "colour");
+  // numbers beyond a double, seeds beyond int64, a NUL after the JSON: 400s, never 500s
+  EXPECT_EQ(param_of(R"({"prompt": "a", "max_tokens": 1e999})"), "(body)");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "max_tokens": 123456789012345678901234567890})"), "max_tokens");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "seed": 9223372036854775808})"), "seed");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "seed": 18446744073709551615})"), "seed");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "seed": 9223372036854775807})"), "accepted");
+  EXPECT_EQ(param_of(std::string(R"({"prompt": "a"})") + std::string(1, '\0')), "(body)");
+}
+
+TEST(Completions, ATinyTemperatureSamplesGreedily) {
+  auto l = tiny_lm();
+  Tokenizer tok(l.tokenizer);
+  const auto prompt = tok.encode("Once upon a time");
+  SamplingOptions greedy{12, 0.0, 1.0, 0, -1}, tiny{12, 5e-324, 1.0, 0, -1};
+  EXPECT_EQ(generate(l.model, prompt, tiny), generate(l.model, prompt, greedy));
 }
 
 TEST(Completions, StopStringsCutAndHoldBack) {
