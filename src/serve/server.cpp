@@ -20,6 +20,7 @@ struct CompletionServer::State {
   std::unique_ptr<Batcher> batcher;
   httplib::Server http;
   std::string name;
+  size_t max_body = 0;
   int port = 0;
   std::atomic<int64_t> next_id{1};
 };
@@ -85,10 +86,11 @@ void stream_job(httplib::Response& res, const std::shared_ptr<Job>& job, const s
       });
 }
 
-void handle_completion(CompletionServer::State& s, const httplib::Request& req, httplib::Response& res) {
+void handle_completion(CompletionServer::State& s, const httplib::Request& req, const std::string& body,
+                       httplib::Response& res) {
   CompletionRequest r;
   try {
-    r = parse_completion_request(req.body);
+    r = parse_completion_request(body);
   } catch (const RequestError& e) {
     return send_error(res, e.status, e.what(), e.param);
   }
@@ -153,8 +155,24 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
                   {"owned_by", "moeforge"},
                   {"context_length", s_->loaded.cfg.model.max_seq_len}}}}});
   });
-  s.http.Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { handle_completion(*s_, req, res); });
+  // The body is read here, not by httplib: its limit covers a Content-Length only, so a chunked
+  // body would otherwise grow without bound.
+  s.max_body = opt.max_body;
+  s.http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& read) {
+    std::string body;
+    bool over = false;
+    const bool whole = read([&](const char* data, size_t n) {
+      over = body.size() + n > s_->max_body;
+      if (!over) body.append(data, n);
+      return !over;
+    });
+    over = over || res.status == 413;  // httplib's own check of a Content-Length
+    if (whole && !over) return handle_completion(*s_, req, body, res);
+    res.set_header("Connection", "close");
+    if (!over) return send_error(res, 400, "the request body could not be read to its end");
+    send_error(res, 413, fmt::format("the request body exceeds the server's limit of {} bytes", s_->max_body));
+  });
   s.http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const auto message = res.status == 413   ? "the request body exceeds the server's limit"

@@ -220,6 +220,17 @@ TEST(Server, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
   expect_error(c.Post("/v1/completions", R"({"prompt": "a", "model": "gpt-9"})", "application/json"), 404,
                "not served here");
   expect_error(c.Post("/v1/completions", std::string(5000, ' '), "application/json"), 413, "limit");
+  {  // the same limit for a chunked body (no Content-Length), on a connection of its own
+    auto chunked = s.client();
+    expect_error(chunked.Post(
+                     "/v1/completions",
+                     [](size_t offset, httplib::DataSink& sink) {
+                       if (offset >= 5000) return sink.done(), true;
+                       return sink.write(std::string(1000, ' ').data(), 1000);
+                     },
+                     "application/json"),
+                 413, "limit");
+  }
   expect_error(c.Get("/v2/nothing"), 404, "no route");
   auto ok = c.Post("/v1/completions", body("hello", 3).dump(), "application/json");
   ASSERT_TRUE(ok);
