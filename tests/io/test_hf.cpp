@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/util.h"
+#include "io/hf/arch.h"
 #include "io/hf/hf_dir.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
@@ -157,6 +158,26 @@ TEST(HfRoundTrip, ImportExportIsByteIdenticalAndExportImportKeepsLogits) {
   }
 }
 
+TEST(HfImport, AbsentKeysTakeTransformersDefaultsPerArchitecture) {
+  const nlohmann::json base = {{"hidden_size", 64},           {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4},    {"vocab_size", 100},
+                               {"intermediate_size", 96},     {"num_local_experts", 4},
+                               {"num_experts_per_tok", 2},    {"num_experts", 4},
+                               {"moe_intermediate_size", 32}, {"shared_expert_intermediate_size", 16}};
+  auto read = [&](const std::string& type) {
+    ModelConfig m;
+    hf::arch_named(type, "config.json").read(hf::ConfigReader(base, "config.json"), m);
+    return std::pair{m.rope_theta, m.norm_eps};
+  };
+  // transformers' MixtralConfig: rope_theta 1e6, rms_norm_eps 1e-5; OlmoeConfig: 1e4, 1e-5;
+  // LlamaConfig, Qwen2MoeConfig, Qwen3MoeConfig: 1e4, 1e-6
+  EXPECT_EQ(read("mixtral"), std::pair(1e6, 1e-5));
+  EXPECT_EQ(read("olmoe"), std::pair(1e4, 1e-5));
+  EXPECT_EQ(read("llama"), std::pair(1e4, 1e-6));
+  EXPECT_EQ(read("qwen2_moe"), std::pair(1e4, 1e-6));
+  EXPECT_EQ(read("qwen3_moe"), std::pair(1e4, 1e-6));
+}
+
 TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
   const auto dir = reference_model("qwen2_moe", "f32", 2);
   const auto out = dir + "_ckpt";
@@ -176,6 +197,26 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
   EXPECT_NE(with_config([](auto& c) { c.erase("num_experts"); }).find("\"num_experts\" is missing"), std::string::npos);
   const auto shape = with_config([](auto& c) { c["moe_intermediate_size"] = 8; });
   EXPECT_NE(shape.find("model.layers.0.mlp.experts.gate_up_proj"), std::string::npos) << shape;
+  // values that used to crash (SIGFPE), hang or build a model that cannot work: refused, naming the key
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"num_attention_heads", 0},
+                                                           {"num_key_value_heads", 0},
+                                                           {"num_key_value_heads", -1},
+                                                           {"num_key_value_heads", 3},
+                                                           {"num_hidden_layers", 1000000},
+                                                           {"num_hidden_layers", 2147483648LL},
+                                                           {"head_dim", 0},
+                                                           {"hidden_size", 0},
+                                                           {"rope_theta", 0},
+                                                           {"rms_norm_eps", -1.0},
+                                                           {"max_position_embeddings", -1},
+                                                           {"max_position_embeddings", 0},
+                                                           {"moe_intermediate_size", -1},
+                                                           {"num_experts", 1000000},
+                                                           {"num_experts_per_tok", 1000}}) {
+    const auto e = with_config([&, key = key, value = value](auto& c) { c[key] = value; });
+    EXPECT_NE(e.find("\"" + key + "\""), std::string::npos) << key << " = " << value << ": " << e;
+  }
   EXPECT_EQ(with_config([](auto&) {}), "");  // the control: the intact directory imports
   fs::remove_all(out);
   // a tensor the config has no place for

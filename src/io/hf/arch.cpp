@@ -54,6 +54,24 @@ int64_t ConfigReader::integer(const std::string& key, int64_t fallback) const {
   return is_null(key) ? fallback : integer(key);
 }
 
+int64_t ConfigReader::integer_in(const std::string& key, int64_t lo, int64_t hi) const {
+  const int64_t v = integer(key);
+  if (v < lo || v > hi) fail(key, fmt::format("= {} lies outside [{}, {}]", v, lo, hi));
+  return v;
+}
+
+int64_t ConfigReader::integer_in(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) const {
+  return is_null(key) ? fallback : integer_in(key, lo, hi);
+}
+
+double ConfigReader::positive(const std::string& key, double fallback, double below) const {
+  const double v = number(key, fallback);
+  if (!(std::isfinite(v) && v > 0 && v < below))
+    fail(key, fmt::format("= {} must be a finite number above 0{}", v,
+                          std::isfinite(below) ? fmt::format(" and below {}", below) : std::string()));
+  return v;
+}
+
 double ConfigReader::number(const std::string& key, double fallback) const {
   if (is_null(key)) return fallback;
   if (!j_[key].is_number()) fail(key, "must be a number, not " + j_[key].dump());
@@ -85,23 +103,30 @@ std::vector<int64_t> ConfigReader::integers(const std::string& key) const {
 
 void ConfigReader::require(const std::string& key, const nlohmann::json& allowed, const std::string& why) const {
   if (is_null(key) || j_[key] == allowed) return;
-  fail(key, fmt::format("= {} is not supported ({}); only {} or null", j_[key].dump(), why, allowed.dump()));
+  fail(key, fmt::format("= {} is not supported ({}); only {}", j_[key].dump(), why,
+                        allowed.is_null() ? std::string("null or absent") : allowed.dump() + " or null"));
 }
 
-void read_common(const ConfigReader& r, ModelConfig& m) {
+void read_common(const ConfigReader& r, ModelConfig& m, const CommonDefaults& d) {
+  constexpr int64_t kWidth = 1 << 16, kCount = 4096;  // far beyond any released model
   m.task = "lm";
-  m.d_model = r.integer("hidden_size");
-  m.n_layers = r.integer("num_hidden_layers");
-  m.n_heads = r.integer("num_attention_heads");
-  m.n_kv_heads = r.integer("num_key_value_heads", m.n_heads);
-  m.vocab_size = r.integer("vocab_size");
-  const int64_t head_dim = r.integer("head_dim", 0);
+  m.d_model = r.integer_in("hidden_size", 1, kWidth);
+  m.n_layers = r.integer_in("num_hidden_layers", 1, kCount);
+  m.n_heads = r.integer_in("num_attention_heads", 1, kCount);
+  m.n_kv_heads = r.integer_in("num_key_value_heads", 1, m.n_heads, m.n_heads);
+  if (m.n_heads % m.n_kv_heads != 0)
+    r.fail("num_key_value_heads", fmt::format("= {} must divide num_attention_heads = {}", m.n_kv_heads, m.n_heads));
+  m.vocab_size = r.integer_in("vocab_size", 1, 1 << 24);
+  const int64_t head_dim = r.integer_in("head_dim", 1, kWidth, 0);
+  if (head_dim == 0 && m.d_model % m.n_heads != 0)
+    r.fail("num_attention_heads",
+           fmt::format("= {} must divide hidden_size = {} when head_dim is absent", m.n_heads, m.d_model));
   m.head_dim = head_dim == m.d_model / m.n_heads && m.d_model % m.n_heads == 0 ? 0 : head_dim;
-  m.rope_theta = r.number("rope_theta", 10000.0);
-  m.norm_eps = r.number("rms_norm_eps", 1e-6);
-  m.max_seq_len = r.integer("max_position_embeddings", 2048);
+  m.rope_theta = r.positive("rope_theta", d.rope_theta);
+  m.norm_eps = r.positive("rms_norm_eps", d.rms_norm_eps, 1.0);
+  m.max_seq_len = r.integer_in("max_position_embeddings", 1, 1 << 24, 2048);
   m.tie_embeddings = r.flag("tie_word_embeddings", false);
-  m.ffn_hidden = r.integer("intermediate_size", m.ffn_hidden);
+  m.ffn_hidden = r.integer_in("intermediate_size", 1, 1 << 20, m.ffn_hidden);
   if (r.text("hidden_act", "silu") != "silu") r.fail("hidden_act", "must be \"silu\" (SwiGLU FFNs)");
   r.require("rope_scaling", nullptr, "RoPE scaling");
   if (r.is_null("use_sliding_window"))
@@ -129,7 +154,7 @@ void write_common(const ModelConfig& m, nlohmann::json& j) {
 }
 
 void read_sparse_layers(const ConfigReader& r, ModelConfig& m) {
-  const int64_t step = r.integer("decoder_sparse_step", 1);
+  const int64_t step = r.integer_in("decoder_sparse_step", 1, m.n_layers, 1);
   if (step < 1) r.fail("decoder_sparse_step", "must be >= 1");
   const auto dense = r.integers("mlp_only_layers");
   std::string list;
@@ -150,9 +175,9 @@ void write_sparse_layers(const ModelConfig& m, nlohmann::json& j) {
 
 void read_moe(const ConfigReader& r, ModelConfig& m, const std::string& experts_key, const std::string& width_key) {
   m.ffn = "moe";
-  m.moe.num_experts = r.integer(experts_key);
-  m.moe.top_k = r.integer("num_experts_per_tok");
-  m.moe.expert_hidden = r.integer(width_key);
+  m.moe.num_experts = r.integer_in(experts_key, 1, 1 << 14);
+  m.moe.top_k = r.integer_in("num_experts_per_tok", 1, m.moe.num_experts);
+  m.moe.expert_hidden = r.integer_in(width_key, 1, 1 << 20);
   m.moe.renormalize = r.flag("norm_topk_prob", false);
   m.moe.aux_loss_coef = r.number("router_aux_loss_coef", m.moe.aux_loss_coef);
 }

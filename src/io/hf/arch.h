@@ -2,6 +2,7 @@
 // how its tensor names map onto ours. One small file per architecture (llama.cpp, mixtral.cpp,
 // qwen2_moe.cpp, qwen3_moe.cpp, olmoe.cpp); what each matched is in README.md.
 #pragma once
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -17,6 +18,12 @@ class ConfigReader {
   ConfigReader(nlohmann::json j, std::string file) : j_(std::move(j)), file_(std::move(file)) {}
   int64_t integer(const std::string& key) const;  // required
   int64_t integer(const std::string& key, int64_t fallback) const;
+  // The same within [lo, hi] (a value outside is an error naming the key, before anything is
+  // allocated from it).
+  int64_t integer_in(const std::string& key, int64_t lo, int64_t hi) const;
+  int64_t integer_in(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) const;
+  // A finite number > 0 (and < below, when given).
+  double positive(const std::string& key, double fallback, double below = INFINITY) const;
   double number(const std::string& key, double fallback) const;
   bool flag(const std::string& key, bool fallback) const;
   std::string text(const std::string& key, const std::string& fallback) const;
@@ -49,7 +56,11 @@ const Arch& arch_for(const ModelConfig& m);
 
 // The LLaMA keys every architecture shares: sizes, heads (head_dim), rope_theta, rms_norm_eps,
 // max_position_embeddings, vocab_size, tie_word_embeddings, hidden_act = silu, no rope_scaling.
-void read_common(const ConfigReader& r, ModelConfig& m);
+// What transformers' config class of an architecture assumes for a key config.json leaves out.
+struct CommonDefaults {
+  double rope_theta = 10000.0, rms_norm_eps = 1e-6;
+};
+void read_common(const ConfigReader& r, ModelConfig& m, const CommonDefaults& d = {});
 void write_common(const ModelConfig& m, nlohmann::json& j);
 // Qwen's sparse-layer keys: decoder_sparse_step and mlp_only_layers -> model.moe.layers.
 void read_sparse_layers(const ConfigReader& r, ModelConfig& m);

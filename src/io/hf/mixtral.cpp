@@ -6,7 +6,7 @@ namespace mf::hf {
 namespace {
 
 void read(const ConfigReader& r, ModelConfig& m) {
-  read_common(r, m);
+  read_common(r, m, {1e6, 1e-5});  // transformers' mixtral defaults
   r.require("attention_bias", false, "Mixtral attention has no biases");
   read_moe(r, m, "num_local_experts", "intermediate_size");
   m.moe.layers = "all";

@@ -8,7 +8,7 @@ namespace mf::hf {
 namespace {
 
 void read(const ConfigReader& r, ModelConfig& m) {
-  read_common(r, m);
+  read_common(r, m, {10000.0, 1e-5});  // transformers' olmoe defaults
   r.require("clip_qkv", nullptr, "clamping q, k and v");
   if (m.head_dim != 0) r.fail("head_dim", "must equal hidden_size / num_attention_heads for OLMoE");
   read_moe(r, m, "num_experts", "intermediate_size");

@@ -10,7 +10,7 @@ namespace {
 void read(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   read_moe(r, m, "num_experts", "moe_intermediate_size");
-  m.moe.shared_hidden = r.integer("shared_expert_intermediate_size");
+  m.moe.shared_hidden = r.integer_in("shared_expert_intermediate_size", 0, 1 << 20);
   if (m.moe.shared_hidden < 1) r.fail("shared_expert_intermediate_size", "must be positive");
   m.moe.shared_gate = true;
   m.qkv_bias = r.flag("qkv_bias", true);
