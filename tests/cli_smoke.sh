@@ -339,6 +339,7 @@ grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail 
 expect_ok "qwen3_moe model" -- "$MF" import hf_qwen3 -o hf_qwen3_ckpt
 expect_ok "hf:qwen3_moe" -- "$MF" info hf_qwen3
 expect_ok "tokens for 11 bytes" -- "$MF" tokenize data "hello world"
+[ "$("$MF" tokenize data --decode)" = "" ] || fail "tokenize --decode without ids is the empty text"
 expect_fail 3 "no tokenizer.model or tokenizer.json" -- "$MF" tokenize hf_qwen3 "hello"
 # ... and with the real Qwen3 tokenizer.json (npm, tests/npm): tokenize, generate in place, import/export carry it
 /usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --vocab 151669 --no-reference --out hf_qwen3_tok \

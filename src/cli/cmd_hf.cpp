@@ -57,12 +57,13 @@ void register_hf_commands(CLI::App& app) {
                  "checkpoint, run or corpus directory, HF model directory, or a tokenizer.model / tokenizer.json")
       ->required();
   tk->add_option("text", text, "text to encode (default: standard input)");
-  tk->add_option("--decode", decode_ids, "token ids to decode instead");
+  static auto* decode = tk->add_option("--decode", decode_ids, "token ids to decode instead (none: the empty text)")
+                            ->expected(0, CLI::detail::expected_max_vector_size);
   tk->add_flag("--pieces", pieces, "also print each id's text");
   tk->callback([] {
     Tokenizer tok(tokenizer_of(source));
-    if (!decode_ids.empty()) {
-      std::cout << tok.decode(decode_ids) << "\n";
+    if (decode->count() > 0) {  // with no ids CLI11 leaves a value-less entry: the empty text
+      std::cout << (decode->results().empty() || decode->results()[0].empty() ? "" : tok.decode(decode_ids)) << "\n";
       return;
     }
     if (text.empty()) text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
