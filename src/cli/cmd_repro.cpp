@@ -116,17 +116,29 @@ void register_repro_commands(CLI::App& app) {
 
   auto* uf = repro->add_subcommand(
       "unif",
-      "UniF-MoE in miniature: pretrain a dense ViT, upcycle two blocks into top-2, top-1, top-p and UniF-MoE (and "
-      "its three ablations), fine-tune each identically per seed; accuracy, activated blocks, slot inference time");
-  static ReproArgs unif_args{"configs/repro/unif.toml", "docs/repro/unif", {}, 3};
+      "UniF-MoE in miniature: pretrain a dense LM without --domain (or a ViT), upcycle two blocks into top-2, top-1, "
+      "top-p and UniF-MoE (and its three ablations), fine-tune each and a dense control identically per seed (the LM "
+      "on --domain alone); quality, activated blocks, and the slots re-timed in interleaved rounds");
+  static ReproArgs unif_args{"configs/repro/unif-lm.toml", "docs/repro/unif-lm", {}, 5};
   static UniFReproOptions unif_opt;
-  add_repro_options(uf, unif_args);
+  static bool unif_report_only = false;
+  add_rendered_options(uf, unif_args, unif_report_only);
   uf->add_option("--layers", unif_opt.layers, "blocks to upcycle")->capture_default_str();
   uf->add_option("--experts", unif_opt.experts, "experts K per upcycled block")->capture_default_str();
   uf->add_option("--blocks", unif_opt.blocks, "UniF-MoE blocks B per expert")->capture_default_str();
   uf->add_option("--top-p", unif_opt.top_p, "the top-p arm's mass")->capture_default_str();
+  uf->add_option("--domain", unif_opt.domain, "LM: the fine-tuning domain, left out of the pretraining")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
   add_finetune_options(uf, unif_opt.finetune_steps, unif_opt.finetune_lr);
-  uf->callback([] { write_results(unif_repro(unif_args, unif_opt)); });
+  uf->add_option("--secondary-seeds", unif_opt.secondary_seeds,
+                 "seeds of top-1, top-p and the ablations (dense, top-2 and UniF-MoE: --seeds)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 20));
+  uf->add_option("--timing-rounds", unif_opt.timing_rounds, "interleaved re-timing rounds per seed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  uf->callback([] { run_rendered(unif_args, unif_report_only, [] { return unif_repro(unif_args, unif_opt); }); });
 
   auto* um = repro->add_subcommand(
       "umoe",

@@ -10,6 +10,7 @@
 #include "methods/latent/latent.h"
 #include "methods/latent/repro.h"
 #include "methods/umoe/repro.h"
+#include "methods/unif/repro.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/repro.h"
 #include "methods/unipool/unipool.h"
@@ -30,6 +31,7 @@ void register_builtin_methods() {
     register_repro_render("unipool", render_unipool_results);
     register_repro_render("latent", render_latent_results);
     register_repro_render("umoe", render_umoe_results);
+    register_repro_render("unif", render_unif_results);
     // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
     register_config_validator([](const Config& c) {
       if (c.model.moe.section<UniFConfig>().blocks == 0) return;

@@ -146,17 +146,26 @@ std::string directions_section(const nlohmann::json& results) {
   return md;
 }
 
+std::string direction_call(const nlohmann::json& results, const nlohmann::json& d) {
+  return shown_call(d, !withheld_reason(results).empty(), !problems(results, false).empty());
+}
+
 void add_directions_with_early(nlohmann::json& results, const std::function<void(nlohmann::json&)>& add) {
   results["directions"] = nlohmann::json::array();
   add(results);
   auto early = results;
   early["early_pass"] = true;
   early["directions"] = nlohmann::json::array();
+  auto whole = [](const nlohmann::json& v) {
+    return v.is_array() && std::none_of(v.begin(), v.end(), [](const auto& x) { return x.is_null(); });
+  };
   for (auto& [name, arm] : early["arms"].items()) {
-    const auto v = arm.value("val_loss_80", nlohmann::json());
-    const bool whole = v.is_array() && std::none_of(v.begin(), v.end(), [](const auto& x) { return x.is_null(); });
-    if (!whole) return;  // a run without an evaluation by 80 % of its steps: no early values at all
-    arm["val_loss"] = v;
+    if (!whole(arm.value("val_loss_80", nlohmann::json()))) return;  // a run without an evaluation by 80 %: none
+    for (const auto& [key, v] : results["arms"][name].items())       // "val_loss_80" -> "val_loss", "accuracy_80" ...
+      if (key.size() > 3 && key.compare(key.size() - 3, 3, "_80") == 0) {
+        if (!whole(v)) return;
+        arm[key.substr(0, key.size() - 3)] = v;
+      }
   }
   add(early);
   for (auto& d : results["directions"])

@@ -44,10 +44,13 @@ std::string withheld_reason(const nlohmann::json& results);
 // their stored order) and how to read them; verdicts withheld when withheld_reason() says so,
 // and checked against the 80 % values where runs were still falling fast (direction_line).
 std::string directions_section(const nlohmann::json& results);
+// shown_call() of direction `d` of `results` under its runs' health (as directions_section shows it).
+std::string direction_call(const nlohmann::json& results, const nlohmann::json& d);
 // results["directions"] from `add` (which appends direction_json entries computed from every
 // arm's "val_loss"), each with its "early" value: `add` again on a copy whose arms' "val_loss" is
-// their "val_loss_80" and which carries "early_pass": true (an `add` skips there the directions
-// not computed from the held-out losses). Matched by text; none when an arm lacks an 80 % value.
+// their "val_loss_80" (and every "X" with an "X_80", e.g. "accuracy") and which carries
+// "early_pass": true (an `add` skips there the directions not computed from the held-out
+// values). Matched by text; none when an arm lacks an 80 % value.
 void add_directions_with_early(nlohmann::json& results, const std::function<void(nlohmann::json&)>& add);
 // The line linking report.html (every run on one page), or "" when the file names no runs.
 std::string report_link(const nlohmann::json& results);

@@ -71,6 +71,17 @@ void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const s
   validate(cfg);
 }
 
+void weight_domains(Config& cfg, const std::string& domain, bool only) {
+  const std::vector<std::pair<std::string, double*>> weights = {{"dictionary", &cfg.data.weight_dictionary},
+                                                                {"scripture", &cfg.data.weight_scripture},
+                                                                {"technical", &cfg.data.weight_technical},
+                                                                {"quotations", &cfg.data.weight_quotations}};
+  if (std::none_of(weights.begin(), weights.end(), [&](const auto& w) { return w.first == domain; }))
+    throw std::invalid_argument(fmt::format(
+        "'{}' is not a domain of the built-in corpus (dictionary, scripture, technical, quotations)", domain));
+  for (auto& [name, w] : weights) *w = (name == domain) == only ? 1.0 : 0.0;
+}
+
 double run_seconds(const std::string& run_dir) {
   return nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("elapsed_s", 0.0);
 }
@@ -195,6 +206,14 @@ std::filesystem::path hand_out(const Config& cfg) {
 bool trains_here(const Config& cfg) {
   const auto dir = hand_out(cfg);
   return own_run(dir.string()) && !finished_with(dir, cfg);
+}
+
+void measure_when_finished(const std::vector<Config>& cfgs, const std::string& key,
+                           const std::function<nlohmann::json()>& measure) {
+  if (cfgs.empty() || !own_run(hand_out(cfgs.front()).string())) return;
+  for (const auto& cfg : cfgs)
+    if (!finished_with(hand_out(cfg), cfg)) return;
+  run_measure(hand_out(cfgs.front()).string(), key, measure);
 }
 
 std::string run_variant(const Config& cfg, const std::string& init_from) {

@@ -46,10 +46,19 @@ bool trains_here(const Config& cfg);
 // a tenth of them), train.seed = 1000 + seed, one checkpoint at the end, no periodic
 // evaluation, run name `name`; then validated.
 void apply_finetune(Config& cfg, int64_t steps, double lr, int64_t seed, const std::string& name);
+// The training mixture over the built-in corpus's domains: `domain` alone (only = true) or every
+// domain but it (only = false); a clear error for a name that is not a domain.
+void weight_domains(Config& cfg, const std::string& domain, bool only);
 // A measurement of finished run `run_dir` under `key`: computed by `measure` once, then read from
 // the run's measures.json (dropped when the run's summary.json changes). A run's record without
 // its checkpoints, committed from an earlier session or machine, still serves the repro.
 nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
+                           const std::function<nlohmann::json()>& measure);
+// run_measure(first run of `cfgs`, key, measure) now, when every run of `cfgs` has finished and the
+// first is this part's; else nothing. For a measurement that needs several runs' checkpoints
+// (they are not committed): called inside share_training as runs finish, it is taken in the
+// session that trained them.
+void measure_when_finished(const std::vector<Config>& cfgs, const std::string& key,
                            const std::function<nlohmann::json()>& measure);
 // A finished run's training seconds from its summary.json (so reused runs count too).
 double run_seconds(const std::string& run_dir);

@@ -136,6 +136,14 @@ std::string verdict(const nlohmann::json& d, const std::string& withheld, bool s
 
 }  // namespace
 
+std::string shown_call(const nlohmann::json& d, bool withheld, bool still_falling) {
+  if (withheld) return "no verdict";
+  const bool want = d.value("want_positive", true);
+  const auto call = stored_difference(d).call(want);
+  if (!still_falling || (call != "held" && call != "did not hold")) return call;
+  return d.contains("early") && stored_difference(d["early"]).call(want) == call ? call : "no verdict";
+}
+
 std::string direction_line(const nlohmann::json& d, const std::string& withheld, bool still_falling) {
   const int digits = d.value("digits", 4);
   const auto unit = d.value("unit", std::string());

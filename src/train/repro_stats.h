@@ -68,6 +68,9 @@ nlohmann::json direction_json(const Direction& d, const PairedDifference& p);
 // stands only where the 80 % value ("early") gives the same one, so the ranking is not one that
 // formed while the runs were still falling; "not resolved" stands as it is.
 std::string direction_line(const nlohmann::json& d, const std::string& withheld = "", bool still_falling = false);
+// The verdict direction_line shows, as a word: "held", "did not hold", "not resolved at this
+// scale" or "no verdict" (withheld, or a still-falling call that 80 % of the steps does not repeat).
+std::string shown_call(const nlohmann::json& d, bool withheld = false, bool still_falling = false);
 
 // Ordinary least squares y ~ X (rows of X are the regressors of one observation) with each
 // coefficient's standard error and t interval on n - p degrees of freedom.

@@ -108,6 +108,41 @@ TEST(ReproResults, EarlyDirectionsComeFromTheHeldOutLossesAtEightyPercent) {
   EXPECT_FALSE(r["directions"][0].contains("early"));
 }
 
+// The verdict as a word, as direction_line shows it.
+TEST(ReproStats, ShownCallFollowsTheWithheldAndEightyPercentRules) {
+  auto d = direction_json({"x", true, true, std::nullopt, ""}, paired_difference({1.1, 1.2, 1.3}, {0, 0, 0}));
+  EXPECT_EQ(shown_call(d), "held");
+  EXPECT_EQ(shown_call(d, true), "no verdict");
+  EXPECT_EQ(shown_call(d, false, true), "no verdict");  // still falling and no 80 % value
+  d["early"] = {{"difference", -1.0}, {"se", 0.01}, {"seeds", 3}, {"dof", 2}};
+  EXPECT_EQ(shown_call(d, false, true), "no verdict");  // 80 %: the other way
+  d["early"]["difference"] = 1.0;
+  EXPECT_EQ(shown_call(d, false, true), "held");
+  auto unresolved = direction_json({"y", true, false, std::nullopt, ""}, paired_difference({1, -1, 0.5}, {0, 0, 0}));
+  EXPECT_EQ(shown_call(unresolved, false, true), "not resolved at this scale");
+}
+
+// Every "X_80" of an arm stands in for its "X" in the early pass (a classifier's accuracy too).
+TEST(ReproResults, EarlyPassSwapsEveryEightyPercentValue) {
+  nlohmann::json r = {
+      {"arms",
+       {{"a",
+         {{"val_loss", {1.0, 1.0}}, {"val_loss_80", {1.0, 1.0}}, {"accuracy", {80, 82}}, {"accuracy_80", {70, 71}}}},
+        {"b",
+         {{"val_loss", {1.0, 1.0}}, {"val_loss_80", {1.0, 1.0}}, {"accuracy", {79, 80}}, {"accuracy_80", {70, 70}}}}}}};
+  auto add = [](nlohmann::json& x) {
+    x["directions"].push_back(direction_json({"a beats b", true, true, std::nullopt, ""},
+                                             paired_difference(x["arms"]["a"]["accuracy"].get<std::vector<double>>(),
+                                                               x["arms"]["b"]["accuracy"].get<std::vector<double>>())));
+  };
+  add_directions_with_early(r, add);
+  EXPECT_NEAR(r["directions"][0]["difference"].get<double>(), 1.5, 1e-12);
+  EXPECT_NEAR(r["directions"][0]["early"]["difference"].get<double>(), 0.5, 1e-12);
+  r["arms"]["a"]["accuracy_80"][0] = nullptr;
+  add_directions_with_early(r, add);
+  EXPECT_FALSE(r["directions"][0].contains("early"));
+}
+
 TEST(ReproStats, LeastSquaresCoefficientAndItsStandardError) {
   // y on (1, x) through (0, 0), (1, 1), (2, 1): b = 1/2, a = 1/6, RSS = 1/6 on 1 dof, se(b) = sqrt(1/12)
   const auto fit = least_squares({{1, 0}, {1, 1}, {1, 2}}, {0, 1, 1});

@@ -320,6 +320,23 @@ TEST(Repro, LossAgainstUnigramNamesTheRunsNearThePlateau) {
   fs::remove_all(dir);
 }
 
+// A fine-tune trains on one domain; its pretraining on every other.
+TEST(Repro, DomainWeightsPickOneDomainOrLeaveItOut) {
+  Config cfg;
+  weight_domains(cfg, "technical", true);
+  EXPECT_EQ(cfg.data.weight_technical, 1.0);
+  EXPECT_EQ(cfg.data.weight_dictionary + cfg.data.weight_scripture + cfg.data.weight_quotations, 0.0);
+  weight_domains(cfg, "scripture", false);
+  EXPECT_EQ(cfg.data.weight_scripture, 0.0);
+  EXPECT_EQ(cfg.data.weight_dictionary + cfg.data.weight_technical + cfg.data.weight_quotations, 3.0);
+  try {
+    weight_domains(cfg, "poetry", true);
+    FAIL() << "an unknown domain was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'poetry'"), std::string::npos) << e.what();
+  }
+}
+
 // A finished run whose stored config predates keys added since (they take their defaults) is
 // reused, not retrained; a real difference still retrains.
 TEST(Repro, FinishedRunWithOlderConfigTextIsReused) {
@@ -369,6 +386,38 @@ TEST(Repro, PartsShareTheRunsByPosition) {
   set_run_share({});
   variant_runs().clear();
   fs::remove_all(cfg.run.out_dir);
+}
+
+// A measurement over several runs is taken once all have finished, by the part that owns the first.
+TEST(Repro, MeasureWhenFinishedWaitsForEveryRunAndItsPart) {
+  namespace fs = std::filesystem;
+  Config a, b;
+  a.run.out_dir = b.run.out_dir = (fs::temp_directory_path() / "mf_when_finished").string();
+  a.data.dir = b.data.dir = "/nonexistent-corpus";
+  a.run.name = "a", b.run.name = "b";
+  fs::remove_all(a.run.out_dir);
+  auto finish = [](const Config& c) {
+    fs::create_directories(fs::path(c.run.out_dir) / c.run.name);
+    write_file_atomic(c.run.out_dir + "/" + c.run.name + "/config.toml", to_toml(c));
+    write_file_atomic(c.run.out_dir + "/" + c.run.name + "/summary.json", R"({"finished": true})");
+  };
+  variant_runs().clear();
+  int calls = 0;
+  auto measure = [&] { return nlohmann::json{{"value", ++calls}}; };
+  finish(a);
+  measure_when_finished({a, b}, "timing", measure);
+  EXPECT_EQ(calls, 0) << "measured before b finished";
+  finish(b);
+  set_run_share(RunShare::parse("2/2"));  // a is part 1's
+  measure_when_finished({a, b}, "timing", measure);
+  EXPECT_EQ(calls, 0) << "measured by the part that does not own a";
+  set_run_share({});
+  measure_when_finished({a, b}, "timing", measure);
+  measure_when_finished({a, b}, "timing", measure);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(nlohmann::json::parse(read_file(a.run.out_dir + "/a/measures.json")).contains("timing"));
+  variant_runs().clear();
+  fs::remove_all(a.run.out_dir);
 }
 
 // A run's measurement is computed once and kept beside it until the run's summary changes.

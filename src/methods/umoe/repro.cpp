@@ -221,7 +221,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   // every fine-tune's config and initial weights (made by the part that trains it), seed-major
   auto finetune_config = [&](const Arm& arm, int64_t s) {
     Config cfg = checkpoint_config(pretrained);
-    restrict_to_domain(cfg, opt.domain);
+    weight_domains(cfg, opt.domain, true);
     apply_finetune(cfg, finetune, opt.finetune_lr, s, fmt::format("umoe-{}-s{}", arm.name, s));
     apply_override(cfg, fmt::format("eval.every={}", std::max<int64_t>(1, finetune / 15)));
     validate(cfg);

@@ -51,19 +51,4 @@ UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& cal
   return r;
 }
 
-void restrict_to_domain(Config& cfg, const std::string& domain) {
-  const std::vector<std::pair<std::string, double*>> weights = {{"dictionary", &cfg.data.weight_dictionary},
-                                                                {"scripture", &cfg.data.weight_scripture},
-                                                                {"technical", &cfg.data.weight_technical},
-                                                                {"quotations", &cfg.data.weight_quotations}};
-  bool found = false;
-  for (auto& [name, w] : weights) {
-    *w = name == domain ? 1.0 : 0.0;
-    found = found || name == domain;
-  }
-  if (!found)
-    throw std::invalid_argument(fmt::format(
-        "'{}' is not a domain of the built-in corpus (dictionary, scripture, technical, quotations)", domain));
-}
-
 }  // namespace mf

@@ -24,7 +24,4 @@ struct UMoEOutcome {
 UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
                      const std::string& out, int64_t batch = 8, bool layerwise = false);
 
-// `cfg` with the training mixture restricted to one domain of the corpus (weight 1, others 0).
-void restrict_to_domain(Config& cfg, const std::string& domain);
-
 }  // namespace mf

@@ -317,11 +317,6 @@ TEST(UMoE, BrokenInputsGiveClearErrors) {
   auto e = message([&] { calibration_windows(c, s.cfg, ""); });
   EXPECT_NE(e.find("no-such-domain"), std::string::npos) << e;
   EXPECT_NE(e.find("/nonexistent-corpus"), std::string::npos) << e;
-  Config cfg;
-  restrict_to_domain(cfg, "technical");
-  EXPECT_EQ(cfg.data.weight_technical, 1.0);
-  EXPECT_EQ(cfg.data.weight_dictionary + cfg.data.weight_scripture + cfg.data.weight_quotations, 0.0);
-  EXPECT_NE(message([&] { restrict_to_domain(cfg, "poetry"); }).find("poetry"), std::string::npos);
 }
 
 TEST(UMoE, DomainDivergenceByHand) {

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <map>
+
 #include "methods/unif/diagnostics.h"
 #include "methods/unif/route.h"
+#include "methods/unif/slots.h"
 #include "methods/unif/unif.h"
 #include "model/moe_ffn.h"
 #include "model/params.h"
@@ -378,4 +382,25 @@ TEST(UniFRoute, PairsAreUnitMajorAndTheSameOnTwoThreads) {
   auto expected = torch::where(u < B, one.alpha_T.index_select(0, t),
                                one.probs_TK.index({t, (u.div(B, "floor") - 1).clamp_min(0)}));
   EXPECT_TRUE(torch::equal(one.assignment.weight_P, expected));
+}
+
+// repro unif's re-timing: every arm runs once per round, and the ratio is the median of the
+// same-round ratios (hand-computed).
+TEST(UniFRepro, RoundsAndTheMedianOfSameRoundRatios) {
+  EXPECT_DOUBLE_EQ(median_ratio({2, 4, 6}, {1, 1, 2}), 3.0);  // ratios 2, 4, 3
+  EXPECT_DOUBLE_EQ(median_ratio({1, 2, 9}, {1, 1}), 1.5);     // the rounds both have
+  EXPECT_TRUE(std::isnan(median_ratio({}, {1})));
+  std::map<std::string, CapturedSlots> arms;
+  for (int64_t hidden : {8, 64}) {
+    CapturedSlots c;
+    c.slots.push_back(std::make_shared<SwiGLU>(16, hidden));
+    c.inputs_TD.push_back(torch::randn({32, 16}));
+    arms["h" + std::to_string(hidden)] = c;
+  }
+  const auto t = time_in_rounds(arms, 3);
+  ASSERT_EQ(t.size(), 2u);
+  for (const auto& [name, rounds] : t) {
+    ASSERT_EQ(rounds.size(), 3u) << name;
+    for (double s : rounds) EXPECT_GT(s, 0) << name;
+  }
 }
