@@ -186,6 +186,16 @@ std::string report_link(const nlohmann::json& results) {
       runs.front().get<std::string>());
 }
 
+std::string limits_section(const nlohmann::json& results, const std::vector<std::string>& bullets,
+                           const std::string& note) {
+  std::string md = report_link(results) + "\n## What this miniature can and cannot show\n\n";
+  for (const auto& b : bullets) md += "- " + b + "\n";
+  return md +
+         "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
+         "paper's number." +
+         (note.empty() ? "" : " " + note) + "\n";
+}
+
 LossSpan loss_span(const nlohmann::json& results) {
   LossSpan s{1e300, -1e300, 0};
   const auto health = results.value("health", nlohmann::json::object());

@@ -54,6 +54,10 @@ std::string direction_call(const nlohmann::json& results, const nlohmann::json& 
 void add_directions_with_early(nlohmann::json& results, const std::function<void(nlohmann::json&)>& add);
 // The line linking report.html (every run on one page), or "" when the file names no runs.
 std::string report_link(const nlohmann::json& results);
+// report_link(), then "## What this miniature can and cannot show" with one "- " line per bullet,
+// closed by the reminder that "not resolved" is not evidence of no effect (and `note` after it).
+std::string limits_section(const nlohmann::json& results, const std::vector<std::string>& bullets,
+                           const std::string& note = "");
 // Where the runs end: the lowest and highest final val loss in results["health"], and the
 // corpus's unigram entropy (the initial plateau) for "What this miniature can and cannot show".
 struct LossSpan {

@@ -365,23 +365,24 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
     md +=
         "**No ID-guided split at this scale**: no block boundary has every ID before it below every ID after it, so "
         "no allocation arms were trained. This is no verdict on ID guidance.\n\n";
-  md += "![](id_profile.svg)\n\n" + directions_section(js) + report_link(js);
+  md += "![](id_profile.svg)\n\n" + directions_section(js);
   const auto span = loss_span(js);
-  md += fmt::format(
-      "\n## What this miniature can and cannot show\n\n"
-      "- It can show whether validation loss depends on the expert's aspect l/m at fixed l·m, N and K (the U shape) "
-      "at d = {}, and, where the proxy's ID profile has an ordinal split, whether the two-segment allocation beats "
-      "the uniform endpoints and the placement controls at matched layer cost.\n"
-      "- The sweep departs from the paper's main sweep: the paper varies the shared expert's width to hold the layer "
-      "cost; here there is no shared expert, so the shared path's budget cannot masquerade as a shape effect.\n"
-      "- It cannot show the paper's claims at the paper's scale (3.4B and 8B): {} steps × {} tokens of one small "
-      "corpus; the runs end at {:.2f}-{:.2f} nats against a unigram entropy of {:.2f}. The ID profile comes from one "
-      "{}-step proxy run, so the split is the same for every seed.\n"
-      "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
-      "paper's number.\n",
-      s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), span.lo, span.hi,
-      span.unigram, p["steps"].get<int64_t>());
-  return md;
+  return md +
+         limits_section(
+             js, {fmt::format("It can show whether validation loss depends on the expert's aspect l/m at fixed l·m, N "
+                              "and K (the U shape) at d = {}, and, where the proxy's ID profile has an ordinal split, "
+                              "whether the two-segment allocation beats the uniform endpoints and the placement "
+                              "controls at matched layer cost.",
+                              s["d_model"].get<int64_t>()),
+                  "The sweep departs from the paper's main sweep: the paper varies the shared expert's width to hold "
+                  "the layer cost; here there is no shared expert, so the shared path's budget cannot masquerade as a "
+                  "shape effect.",
+                  fmt::format("It cannot show the paper's claims at the paper's scale (3.4B and 8B): {} steps × {} "
+                              "tokens of one small corpus; the runs end at {:.2f}-{:.2f} nats against a unigram "
+                              "entropy of {:.2f}. The ID profile comes from one {}-step proxy run, so the split is the "
+                              "same for every seed.",
+                              s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), span.lo, span.hi,
+                              span.unigram, p["steps"].get<int64_t>())});
 }
 
 }  // namespace mf

@@ -140,23 +140,19 @@ std::string render_umoe_results(const nlohmann::json& js, const std::string& out
       "Pictures: `loss_curves.svg` (training loss, mean over seeds), `pretrained_saliency.svg` (the pretrained "
       "model's REAP saliency on `{}`).\n",
       paired(values(js["arms"]["umoe"]["others"]), values(js["arms"]["direct"]["others"])), domain);
-  md += report_link(js);
   const auto span = loss_span(js);
-  md += fmt::format(
-      "\n## What this miniature can and cannot show\n\n"
-      "- It can show whether, in a fine-grained MoE whose experts route the four domains differently (the JSD "
-      "table), reorganising the low-saliency half before a one-domain fine-tune changes that domain's held-out loss "
-      "beyond the seed-to-seed noise at equal steps, recipe and batches, and whether the paper's mechanism appears "
-      "(a routed low-saliency half after Direct SFT that pruning barely hurts, against UMoE's).\n"
-      "- It cannot show the paper's claims at the paper's scale (Qwen3-30B-A3B, 128 experts top-8, billions of SFT "
-      "tokens, benchmark accuracy): here d = {}, {} experts top-{}, {} pretraining steps and {} fine-tuning steps "
-      "of {} tokens on one small corpus. The runs end at {:.2f}-{:.2f} nats (mean over the four domains) against a "
-      "unigram entropy of {:.2f}.\n"
-      "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
-      "paper's number.\n",
-      s["d_model"].get<int64_t>(), s["experts"].get<int64_t>(), s["top_k"].get<int64_t>(),
-      s["pretrain_steps"].get<int64_t>(), s["finetune_steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(),
-      span.lo, span.hi, span.unigram);
+  md += limits_section(
+      js, {"It can show whether, in a fine-grained MoE whose experts route the four domains differently (the JSD "
+           "table), reorganising the low-saliency half before a one-domain fine-tune changes that domain's held-out "
+           "loss beyond the seed-to-seed noise at equal steps, recipe and batches, and whether the paper's mechanism "
+           "appears (a routed low-saliency half after Direct SFT that pruning barely hurts, against UMoE's).",
+           fmt::format("It cannot show the paper's claims at the paper's scale (Qwen3-30B-A3B, 128 experts top-8, "
+                       "billions of SFT tokens, benchmark accuracy): here d = {}, {} experts top-{}, {} pretraining "
+                       "steps and {} fine-tuning steps of {} tokens on one small corpus. The runs end at {:.2f}-{:.2f} "
+                       "nats (mean over the four domains) against a unigram entropy of {:.2f}.",
+                       s["d_model"].get<int64_t>(), s["experts"].get<int64_t>(), s["top_k"].get<int64_t>(),
+                       s["pretrain_steps"].get<int64_t>(), s["finetune_steps"].get<int64_t>(),
+                       s["tokens_per_step"].get<int64_t>(), span.lo, span.hi, span.unigram)});
   return md;
 }
 

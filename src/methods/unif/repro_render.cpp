@@ -149,25 +149,21 @@ std::string render_unif_results(const nlohmann::json& js, const std::string& out
   md +=
       "Pictures: `tradeoff.svg` (quality vs activated blocks), `time_vs_blocks.svg` (slot time per token vs "
       "activated blocks).\n";
-  md += report_link(js);
   const auto span = loss_span(js);
-  md += fmt::format(
-      "\n## What this miniature can and cannot show\n\n"
-      "- It can show, at equal fine-tuning steps, recipe and batches, whether UniF-MoE's per-token block budget "
-      "keeps top-2's quality with fewer activated blocks, whether those fewer blocks are faster on this CPU at the "
-      "routing the arms learned, and whether each ablation costs quality and compute.\n"
-      "- It cannot show the paper's numbers: DeiT-S and BERT-large on DomainBed and GLUE, against a {} of d = {} "
-      "here. Measured time is CPU time of the two upcycled slots at up to {} tokens per call, not a GPU's end-to-end "
-      "step; "
-      "both training parts may have timed side by side (the rounds are interleaved so that hits every arm alike).\n"
-      "- {}\n"
-      "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
-      "paper's number.\n",
-      v ? "ViT" : "LM", js["setup"]["d_model"].get<int64_t>(), js["setup"]["timing_tokens"].get<int64_t>(),
-      v ? fmt::format("The runs' validation losses end at {:.3f}-{:.3f}.", span.lo, span.hi)
-        : fmt::format("The runs end at {:.2f}-{:.2f} nats (mean over the four domains) against a unigram entropy of "
-                      "{:.2f}.",
-                      span.lo, span.hi, span.unigram));
+  md += limits_section(
+      js, {"It can show, at equal fine-tuning steps, recipe and batches, whether UniF-MoE's per-token block budget "
+           "keeps top-2's quality with fewer activated blocks, whether those fewer blocks are faster on this CPU at "
+           "the routing the arms learned, and whether each ablation costs quality and compute.",
+           fmt::format("It cannot show the paper's numbers: DeiT-S and BERT-large on DomainBed and GLUE, against a {} "
+                       "of d = {} here. Measured time is CPU time of the two upcycled slots at up to {} tokens per "
+                       "call, not a GPU's end-to-end step; both training parts may have timed side by side (the "
+                       "rounds are interleaved so that hits every arm alike).",
+                       v ? "ViT" : "LM", js["setup"]["d_model"].get<int64_t>(),
+                       js["setup"]["timing_tokens"].get<int64_t>()),
+           v ? fmt::format("The runs' validation losses end at {:.3f}-{:.3f}.", span.lo, span.hi)
+             : fmt::format("The runs end at {:.2f}-{:.2f} nats (mean over the four domains) against a unigram "
+                           "entropy of {:.2f}.",
+                           span.lo, span.hi, span.unigram)});
   return md;
 }
 

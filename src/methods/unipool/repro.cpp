@@ -228,22 +228,21 @@ std::string render_unipool_results(const nlohmann::json& js, const std::string& 
     for (const auto& arm : {"vanilla", "unipool"})
       md += fmt::format("### {} (seed 0)\n\n{}\n", arm, ProbeReport::from_json(js["probe"][arm][0]).markdown());
   }
-  md += report_link(js);
   const auto span = loss_span(js);
-  md += fmt::format(
-      "\n## What this miniature can and cannot show\n\n"
-      "- It can show whether, at equal data, tokens, optimizer and stored expert parameters, one pool shared by {} "
-      "layers and NormRouter change validation loss beyond the seed-to-seed noise, and whether a change survives the "
-      "gate-scale control (softmax × a learnable scale of NormRouter's starting size).\n"
-      "- It cannot show the paper's claims at the paper's scale (182M-978M parameters, 30B tokens): here d = {}, {} "
-      "steps × {} tokens of one small corpus. The runs end at {:.2f}-{:.2f} nats against the corpus's unigram "
-      "entropy of {:.2f} (the initial plateau). A difference here may be one of optimisation speed rather than of "
-      "the loss a longer run reaches.\n"
-      "- A direction that is \"not resolved\" is not evidence of no effect: compare its detectable size with the "
-      "paper's number. Dead experts and heatmaps come from seed 0; the probe randomizes one deep-half layer at a "
-      "time.\n",
-      s["moe_layers"].get<int64_t>(), s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(),
-      s["tokens_per_step"].get<int64_t>(), span.lo, span.hi, span.unigram);
+  md += limits_section(
+      js,
+      {fmt::format("It can show whether, at equal data, tokens, optimizer and stored expert parameters, one pool "
+                   "shared by {} layers and NormRouter change validation loss beyond the seed-to-seed noise, and "
+                   "whether a change survives the gate-scale control (softmax × a learnable scale of NormRouter's "
+                   "starting size).",
+                   s["moe_layers"].get<int64_t>()),
+       fmt::format("It cannot show the paper's claims at the paper's scale (182M-978M parameters, 30B tokens): here "
+                   "d = {}, {} steps × {} tokens of one small corpus. The runs end at {:.2f}-{:.2f} nats against the "
+                   "corpus's unigram entropy of {:.2f} (the initial plateau). A difference here may be one of "
+                   "optimisation speed rather than of the loss a longer run reaches.",
+                   s["d_model"].get<int64_t>(), s["steps"].get<int64_t>(), s["tokens_per_step"].get<int64_t>(), span.lo,
+                   span.hi, span.unigram)},
+      "Dead experts and heatmaps come from seed 0; the probe randomizes one deep-half layer at a time.");
   (void)out_dir;
   return md;
 }
