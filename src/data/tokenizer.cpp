@@ -12,6 +12,7 @@
 
 #include "core/util.h"
 #include "data/hf_tokenizer.h"
+#include "io/safetensors.h"  // FormatError
 
 namespace mf {
 namespace {
@@ -73,12 +74,17 @@ const Shim& shim() {
 Tokenizer::Tokenizer(const std::string& path) {
   char err[512] = "";
   if (!std::filesystem::exists(path)) throw std::runtime_error(fmt::format("tokenizer '{}' not found", path));
+  // a file that is there but cannot be used is a malformed input (FormatError: exit 3)
   if (std::filesystem::path(path).extension() == ".json") {
-    hf_ = std::make_unique<HfTokenizer>(path);
+    try {
+      hf_ = std::make_unique<HfTokenizer>(path);
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(e.what());
+    }
     return;
   }
   handle_ = shim().load(path.c_str(), err, sizeof err);
-  if (!handle_) throw std::runtime_error(fmt::format("cannot load tokenizer '{}': {}", path, err));
+  if (!handle_) throw FormatError(fmt::format("cannot load tokenizer '{}': {}", path, err));
 }
 
 Tokenizer::~Tokenizer() {

@@ -15,6 +15,7 @@
 #include "data/regex_split.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
+#include "io/safetensors.h"
 
 using namespace mf;
 namespace fs = std::filesystem;
@@ -97,6 +98,38 @@ TEST(HfTokenizer, InvalidInputNamesWhatIsWrong) {
   broken["normalizer"] = {{"type", "Lowercase"}};
   write_file_atomic(dir + "/tokenizer.json", broken.dump());
   EXPECT_THROW(HfTokenizer{dir + "/tokenizer.json"}, std::invalid_argument);
+}
+
+// An id must be an integer in 0..2^24-1: 5.5 is not 5, 2^40 is not 0, and a huge id does not size
+// the token table. The CLI's Tokenizer reports a file it cannot use as malformed (exit 3).
+TEST(HfTokenizer, IdsAreIntegersInRange) {
+  const auto dir = temp_dir("ids");
+  for (const auto& bad : {json(5.5), json(int64_t{1} << 40), json(-1), json(int64_t{1} << 24), json("7")}) {
+    auto t = json::parse(read_file(tiny_tokenizer()));
+    t["model"]["vocab"]["zz"] = bad;
+    write_file_atomic(dir + "/tokenizer.json", t.dump());
+    try {
+      HfTokenizer{dir + "/tokenizer.json"};
+      FAIL() << "vocabulary id " << bad.dump() << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("model.vocab 'zz': id " + bad.dump() + " is not an integer"),
+                std::string::npos)
+          << e.what();
+    }
+    t = json::parse(read_file(tiny_tokenizer()));
+    t["added_tokens"][0]["id"] = bad;
+    write_file_atomic(dir + "/tokenizer.json", t.dump());
+    EXPECT_THROW(HfTokenizer{dir + "/tokenizer.json"}, std::invalid_argument) << bad.dump();
+    EXPECT_THROW(Tokenizer{dir + "/tokenizer.json"}, FormatError) << bad.dump();
+  }
+  write_file_atomic(dir + "/tokenizer.json", read_file(tiny_tokenizer()));
+  write_file_atomic(dir + "/tokenizer_config.json", R"({"eos_token": {"content": 3}})");
+  try {
+    HfTokenizer{dir + "/tokenizer.json"};
+    FAIL() << "a numeric eos_token content was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: eos_token"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfTokenizer, OnigurumaWhitespaceIsSpelledOut) {
