@@ -230,6 +230,16 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
   }
   const auto shard = dir + "/model-00002-of-00002.safetensors";
   const auto bytes = read_file(shard);
+  {  // an F32 tensor relabelled I32 (the same size): refused naming it, not imported as floats
+    auto relabelled = bytes;
+    const auto at = relabelled.find("\"F32\"");  // the first tensor's dtype in the header
+    ASSERT_NE(at, std::string::npos);
+    relabelled.replace(at + 1, 3, "I32");
+    write_file_atomic(shard, relabelled);
+    const auto e = error_of([&] { hf::import_hf(dir, out); });
+    EXPECT_NE(e.find("is stored as Int, an integer dtype"), std::string::npos) << e;
+    write_file_atomic(shard, bytes);
+  }
   {  // truncated shard
     std::ofstream(shard, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
     const auto e = error_of([&] { hf::import_hf(dir, out); });

@@ -46,8 +46,15 @@ at::Tensor HfDir::read(const std::string& name) const { return tensors_->read(na
 const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const { return tensors_->entry(name); }
 
 at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const {
-  return import_tensor(
-      *arch_, name, shape, [&](const std::string& n) { return read(n).to(at::kFloat); }, used);
+  const auto weight = [&](const std::string& n) {
+    auto t = read(n);
+    if (!at::isFloatingType(t.scalar_type()))  // an integer label on a weight is a damaged file, not a conversion
+      throw FormatError(
+          fmt::format("{}: tensor '{}' is stored as {}, an integer dtype; a model weight must be F32, F16 or BF16",
+                      dir_, n, c10::toString(t.scalar_type())));
+    return t.to(at::kFloat);
+  };
+  return import_tensor(*arch_, name, shape, weight, used);
 }
 
 void HfDir::check_all_read(const std::vector<std::string>& used) const {
