@@ -1,8 +1,8 @@
 // `moeforge repro unif` (see repro.h). A dense backbone is pretrained once (the LM without the
 // target domain), blocks `layers` are upcycled per seed into every arm, and every arm and a dense
 // control is fine-tuned with the same steps, recipe and batches (the LM on the target domain
-// alone: a shift the routing can answer). Then, per seed, the trained checkpoints' upcycled slots
-// are re-timed in interleaved rounds at their trained routing. Every number goes to results.json;
+// alone: a shift the routing can answer). Each run's upcycled slots are re-timed at their trained
+// routing as soon as it finishes, against the backbone's. Every number goes to results.json;
 // render_unif_results() (repro_render.cpp) writes results.md.
 #include "methods/unif/repro.h"
 
@@ -103,22 +103,25 @@ void collect_quality(nlohmann::json& arm, const std::string& dir, const Config& 
   arm["params"].push_back(summary["parameters"]);
 }
 
-// Per arm of one seed (run directories by arm): the upcycled slots' routing on held-out data
-// and their seconds per interleaved round.
-nlohmann::json time_seed(const std::map<std::string, std::string>& dirs, const UniFReproOptions& opt, bool quick) {
+// A finished run's upcycled slots: their routing on held-out data, and their seconds per round
+// run in turns with the pretrained backbone's dense slots on the same windows. Each run is
+// timed by the part that trained it as soon as it finishes (its checkpoint is not committed);
+// the backbone (committed) is the common yardstick, so two runs compare as the ratio of their
+// same-round ratios to it.
+nlohmann::json time_run(const std::string& dir, const std::string& backbone, const UniFReproOptions& opt, bool quick) {
   const auto layers = parse_block_list(opt.layers, "repro unif --layers");
-  std::map<std::string, CapturedSlots> captured;
-  for (const auto& [arm, dir] : dirs)
-    captured[arm] = capture_slots(dir, layers, opt.blocks, opt.domain, quick ? 2 : 16, kTimingTokens);
-  const auto rounds = time_in_rounds(captured, quick ? 2 : static_cast<int>(opt.timing_rounds));
-  nlohmann::json out;
-  for (const auto& [arm, c] : captured)
-    out[arm] = {{"rounds", rounds.at(arm)},
-                {"tokens", c.inputs_TD.empty() ? 0 : c.inputs_TD[0].size(0)},
-                {"blocks", c.blocks},
-                {"k", c.k},
-                {"b", c.b}};
-  return out;
+  const int64_t windows = quick ? 2 : 16;
+  std::map<std::string, CapturedSlots> c = {
+      {"run", capture_slots(dir, layers, opt.blocks, opt.domain, windows, kTimingTokens)},
+      {"backbone", capture_slots(backbone, layers, opt.blocks, opt.domain, windows, kTimingTokens)}};
+  const auto rounds = time_in_rounds(c, quick ? 2 : static_cast<int>(opt.timing_rounds));
+  const auto& run = c.at("run");
+  return {{"rounds", rounds.at("run")},
+          {"backbone_rounds", rounds.at("backbone")},
+          {"tokens", run.inputs_TD.empty() ? 0 : run.inputs_TD[0].size(0)},
+          {"blocks", run.blocks},
+          {"k", run.k},
+          {"b", run.b}};
 }
 
 // The paper's motivation measured on a fine-tuned top-2 arm (`moeforge diagnose`), per block.
@@ -178,7 +181,7 @@ void add_directions(nlohmann::json& r) {
   if (!early)
     dirs.push_back(direction_json(
         {"UniF-MoE's upcycled slots run faster than top-2's (time ratio UniF-MoE / top-2 "
-         "at the trained routing, median of interleaved rounds, minus 1)",
+         "at the trained routing, each against the backbone in interleaved rounds, minus 1)",
          false, true, PaperEffect{-45.2, "Table III, VLCS: inference time per step vs top-2 GMoE"}, " %", 100, 1},
         ratio_minus_one("unif", "time_ratio")));
   if (!early)
@@ -251,7 +254,7 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   const auto pretrained = run_variant(base);
   const auto work = fs::path(base.run.out_dir);
   const auto all = arms(opt);
-  // seed s's fine-tunes, top-2 first (its part re-times the seed), and their run directories
+  // seed s's fine-tunes, top-2 first
   auto seed_runs = [&](int64_t s) {
     std::vector<std::pair<Arm, Finetune>> out;
     for (const auto& arm : all)
@@ -260,54 +263,47 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
     std::stable_partition(out.begin(), out.end(), [](const auto& r) { return r.first.name == "top2"; });
     return out;
   };
-  auto dirs_of = [&](const std::vector<std::pair<Arm, Finetune>>& runs) {
-    std::map<std::string, std::string> dirs;
-    for (const auto& [arm, f] : runs) dirs[arm.name] = (work / f.cfg.run.name).string();
-    return dirs;
-  };
-  // the measurements that need the checkpoints, taken as soon as their runs are finished
-  auto measure_finished = [&](int64_t seeds) {
-    for (int64_t s = 0; s < seeds; ++s) {
-      const auto runs = seed_runs(s);
-      std::vector<Config> cfgs;
-      for (const auto& r : runs) cfgs.push_back(r.second.cfg);
-      const auto dirs = dirs_of(runs);
-      measure_when_finished(cfgs, "timing", [&] { return time_seed(dirs, opt, args.quick); });
-      if (s == 0)
-        measure_when_finished({cfgs.front()}, "motivation", [&] { return motivation(dirs.at("top2"), args.quick); });
-    }
+  const auto time_of = [&](const Config& cfg) {
+    const auto dir = (work / cfg.run.name).string();
+    return [&, dir] { return time_run(dir, pretrained, opt, args.quick); };
   };
   share_training([&] {
-    for (int64_t s = 0; s < args.seeds; ++s) {
+    for (int64_t s = 0; s < args.seeds; ++s)
       for (const auto& [arm, f] : seed_runs(s)) {
         spdlog::info("repro unif: {} seed {}", arm.label, s);
         run_variant(f.cfg, f.init);
+        measure_when_finished({f.cfg}, "timing", time_of(f.cfg));  // this part's runs, while their checkpoints are here
+        if (s == 0 && arm.name == "top2")
+          measure_when_finished({f.cfg}, "motivation",
+                                [&] { return motivation((work / f.cfg.run.name).string(), args.quick); });
       }
-      measure_finished(s + 1);
-    }
   });
   std::vector<std::string> runs = {pretrained};
   for (int64_t s = 0; s < args.seeds; ++s) {
-    const auto seed = seed_runs(s);
-    const auto dirs = dirs_of(seed);
-    for (const auto& [arm, f] : seed) {
+    std::map<std::string, nlohmann::json> t;  // by arm
+    for (const auto& [arm, f] : seed_runs(s)) {
       runs.push_back(run_variant(f.cfg, f.init));
       js["arms"][arm.name]["label"] = arm.label;
       collect_quality(js["arms"][arm.name], runs.back(), f.cfg, opt.domain);
+      t[arm.name] = run_measure(runs.back(), "timing", time_of(f.cfg));
     }
-    const auto t = run_measure(dirs.at("top2"), "timing", [&] { return time_seed(dirs, opt, args.quick); });
-    for (const auto& [name, dir] : dirs) {
+    // each arm's time against the backbone's in the same rounds; against top-2 as the ratio of those
+    auto to_backbone = [&](const std::string& arm) {
+      return median_ratio(t[arm]["rounds"].get<std::vector<double>>(),
+                          t[arm]["backbone_rounds"].get<std::vector<double>>());
+    };
+    for (const auto& [name, mine] : t) {
       auto& arm = js["arms"][name];
-      const auto& mine = t[name];
       const auto rounds = mine["rounds"].get<std::vector<double>>();
       for (const char* key : {"blocks", "k", "b"}) arm[key].push_back(mine[key]);
       arm["us_per_token"].push_back(1e6 * median_ratio(rounds, std::vector<double>(rounds.size(), 1.0)) /
                                     mine["tokens"].get<double>());
-      arm["time_ratio"].push_back(median_ratio(rounds, t["top2"]["rounds"].get<std::vector<double>>()));
+      arm["time_vs_backbone"].push_back(to_backbone(name));
+      arm["time_ratio"].push_back(to_backbone(name) / to_backbone("top2"));
       arm["blocks_ratio"].push_back(mine["blocks"].get<double>() / t["top2"]["blocks"].get<double>());
     }
   }
-  const auto top2 = dirs_of(seed_runs(0)).at("top2");
+  const auto top2 = (work / seed_runs(0).front().second.cfg.run.name).string();  // top-2 comes first
   js["motivation"] = run_measure(top2, "motivation", [&] { return motivation(top2, args.quick); });
   record_runs(js, runs);
   add_directions_with_early(js, add_directions);

@@ -123,9 +123,11 @@ std::string setup_paragraph(const nlohmann::json& js) {
       "per seed into K = {} experts in B = {} blocks (UniF-MoE: + its shared expert), each arm and a dense control "
       "fine-tuned {} steps of {} {} at peak lr {:g} with the same batches per seed (train.seed = 1000 + s); dense, "
       "top-2 and UniF-MoE over {} seeds, the other arms over the first {}. Quality: {}. Activated blocks per token "
-      "on held-out data: UniF-MoE's measured C_B = b + k(B - b); top-k: k·B; top-p: measured k·B. Time: per seed, "
-      "every arm's upcycled slots run on the hidden states they saw in that measurement, arms in turn, {} rounds, no "
-      "grad, {} thread(s); \"time / top-2\" is the median over rounds of the same-round ratio.\n\n",
+      "on held-out data: UniF-MoE's measured C_B = b + k(B - b); top-k: k·B; top-p: measured k·B. Time: each run's "
+      "upcycled slots, as soon as it finished, ran on the hidden states they saw there in turns with the pretrained "
+      "backbone's dense slots on the same windows, {} rounds, no grad, {} thread(s); \"time / top-2\" is the ratio "
+      "of the two runs' median same-round ratios to the backbone (the backbone is the yardstick between runs timed "
+      "at different moments).\n\n",
       v ? "ViT" : "LM", s["d_model"].get<int64_t>(), s["n_layers"].get<int64_t>(), s["ffn"].get<std::string>(),
       s["ffn_hidden"].get<int64_t>(), s["pretrain_steps"].get<int64_t>(), s["pretrain_lr"].get<double>(), shift,
       s["layers"].get<std::string>(), s["experts"].get<int64_t>(), s["blocks"].get<int64_t>(),
@@ -156,8 +158,8 @@ std::string render_unif_results(const nlohmann::json& js, const std::string& out
            "the routing the arms learned, and whether each ablation costs quality and compute.",
            fmt::format("It cannot show the paper's numbers: DeiT-S and BERT-large on DomainBed and GLUE, against a {} "
                        "of d = {} here. Measured time is CPU time of the two upcycled slots at up to {} tokens per "
-                       "call, not a GPU's end-to-end step; both training parts may have timed side by side (the "
-                       "rounds are interleaved so that hits every arm alike).",
+                       "call, not a GPU's end-to-end step; a run was timed while the other training part ran, "
+                       "the backbone in the same rounds absorbing the machine's load.",
                        v ? "ViT" : "LM", js["setup"]["d_model"].get<int64_t>(),
                        js["setup"]["timing_tokens"].get<int64_t>()),
            v ? fmt::format("The runs' validation losses end at {:.3f}-{:.3f}.", span.lo, span.hi)
