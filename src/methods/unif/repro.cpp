@@ -296,8 +296,7 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
       auto& arm = js["arms"][name];
       const auto rounds = mine["rounds"].get<std::vector<double>>();
       for (const char* key : {"blocks", "k", "b"}) arm[key].push_back(mine[key]);
-      arm["us_per_token"].push_back(1e6 * median_ratio(rounds, std::vector<double>(rounds.size(), 1.0)) /
-                                    mine["tokens"].get<double>());
+      arm["us_per_token"].push_back(1e6 * median(rounds) / mine["tokens"].get<double>());
       arm["time_vs_backbone"].push_back(to_backbone(name));
       arm["time_ratio"].push_back(to_backbone(name) / to_backbone("top2"));
       arm["blocks_ratio"].push_back(mine["blocks"].get<double>() / t["top2"]["blocks"].get<double>());

@@ -29,7 +29,8 @@ CapturedSlots capture_slots(const std::string& dir, const std::vector<int64_t>& 
 // every arm of a round alike.
 std::map<std::string, std::vector<double>> time_in_rounds(const std::map<std::string, CapturedSlots>& arms, int rounds);
 
-// The median over rounds of a[r] / b[r].
+// The median of `v` (NaN when empty), and the median over rounds of a[r] / b[r].
+double median(std::vector<double> v);
 double median_ratio(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace mf

@@ -390,6 +390,8 @@ TEST(UniFRepro, RoundsAndTheMedianOfSameRoundRatios) {
   EXPECT_DOUBLE_EQ(median_ratio({2, 4, 6}, {1, 1, 2}), 3.0);  // ratios 2, 4, 3
   EXPECT_DOUBLE_EQ(median_ratio({1, 2, 9}, {1, 1}), 1.5);     // the rounds both have
   EXPECT_TRUE(std::isnan(median_ratio({}, {1})));
+  EXPECT_DOUBLE_EQ(median({5, 1, 3}), 3.0);
+  EXPECT_DOUBLE_EQ(median({4, 1}), 2.5);
   std::map<std::string, CapturedSlots> arms;
   for (int64_t hidden : {8, 64}) {
     CapturedSlots c;
