@@ -133,7 +133,9 @@ nlohmann::json motivation(const std::string& dir, bool quick) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& l : diagnose_motivation(open_evaluable(dir, quick ? 4 : 64), d))
     out.push_back({{"layer", l.layer},
-                   {"pearson", l.pearson},
+                   {"pearson", l.pearson},  // null when rho or co-activation is the same for every pair
+                   {"rho_min", l.rho.empty() ? NAN : *std::min_element(l.rho.begin(), l.rho.end())},
+                   {"rho_max", l.rho.empty() ? NAN : *std::max_element(l.rho.begin(), l.rho.end())},
                    {"mean_k", l.mean_k},
                    {"kept_top2", l.kept_top2},
                    {"rho_vs_pair_k", l.rho_vs_pair_k}});

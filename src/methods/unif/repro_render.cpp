@@ -80,11 +80,30 @@ std::string motivation_section(const nlohmann::json& js) {
       "## The paper's motivation, measured on the fine-tuned top-2 arm (seed 0, `moeforge diagnose`)\n\n"
       "| block | r(rho, co-activation) | mean k_eps | residual router keeps the top-2 set | r(rho, pair mean k_eps) |\n"
       "|---|---|---|---|---|\n";
-  for (const auto& l : js["motivation"])
-    md += fmt::format("| {} | {:.3f} | {:.2f} | {:.1f} % | {:.3f} |\n", l["layer"].get<int64_t>(),
-                      l["pearson"].get<double>(), l["mean_k"].get<double>(), 100 * l["kept_top2"].get<double>(),
-                      l["rho_vs_pair_k"].get<double>());
-  return md + "\nPaper (DeiT-S, layer 10): r = 0.697, 5.7 % keep the top-2 set, r(shared ratio, demand) = -0.673.\n\n";
+  bool constant = false;  // r undefined: rho the same for every pair of experts
+  auto r = [&](const nlohmann::json& v) {
+    constant |= v.is_null();
+    return v.is_null() ? std::string("undefined") : fmt::format("{:.3f}", v.get<double>());
+  };
+  std::string rho;
+  double most = 0;
+  for (const auto& l : js["motivation"]) {
+    md += fmt::format("| {} | {} | {:.2f} | {:.1f} % | {} |\n", l["layer"].get<int64_t>(), r(l["pearson"]),
+                      l["mean_k"].get<double>(), 100 * l["kept_top2"].get<double>(), r(l["rho_vs_pair_k"]));
+    rho += fmt::format("{}block {}: {:.3f} to {:.3f}", rho.empty() ? "" : ", ", l["layer"].get<int64_t>(),
+                       l["rho_min"].get<double>(), l["rho_max"].get<double>());
+    most = std::max(most, l["rho_max"].get<double>());
+  }
+  md += "\nPaper (DeiT-S, layer 10): r = 0.697, 5.7 % keep the top-2 set, r(shared ratio, demand) = -0.673.\n";
+  if (constant)
+    md += fmt::format(
+        "\nA correlation is undefined where rho (the share of hidden positions at which two experts' value rows "
+        "point the same way, cosine >= delta) does not vary over the pairs of experts ({}){}.\n",
+        rho,
+        most == 0 ? ": no two experts share a value direction at any position, so the paper's alignment-based "
+                    "motivation has nothing to correlate at this scale"
+                  : "");
+  return md + "\n";
 }
 
 void write_pictures(const nlohmann::json& js, const std::string& out) {
