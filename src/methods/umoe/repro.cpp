@@ -207,6 +207,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
                  {"windows", base.eval.windows},
                  {"threads", base.train.threads}};
   base.run.name = "umoe-pretrain";
+  base.train.seed = 1000;  // the lr sweep's seed, so the sweep's run at the chosen lr is this run
   share_training([&] {
     for (const auto& cfg : lr_sweep_configs(base, args.lr_sweep, base.run.name)) run_variant(cfg);
     run_variant(base);
