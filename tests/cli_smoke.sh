@@ -303,7 +303,7 @@ expect_ok "became experts" -- "$MF" upcycle runs/vit --layers 1 --method unif --
 expect_ok '"per_token_least"' -- "$MF" info vit_unif --json
 expect_ok "accuracy" -- "$MF" train --init-from vit_unif --set train.steps=3
 expect_ok "active_blocks" -- "$MF" usage runs/vit-unif --windows 4 --out unif_usage
-expect_fail 2 "not a block number" -- "$MF" upcycle runs/vit --layers 1,x -o vit_bad
+expect_fail 2 "block numbers like" -- "$MF" upcycle runs/vit --layers 1,x -o vit_bad
 "$MF" repro unif --quick --config "$SRC/configs/repro/unif.toml" --out repro_unif --set train.threads=1 \
   > repro_unif.txt 2>&1 || { cat repro_unif.txt; fail "repro unif --quick"; }
 grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif results"

@@ -59,23 +59,6 @@ void add_finetune_options(CLI::App* cmd, int64_t& steps, double& lr) {
   cmd->add_option("--finetune-lr", lr, "fine-tuning peak learning rate")->capture_default_str();
 }
 
-void write_results(ReproResult r) {
-  namespace fs = std::filesystem;
-  if (!variant_runs().empty()) {  // every run of the reproduction on one page, linked from results.md
-    write_report(variant_runs(), (fs::path(r.out_dir) / "report.html").string(),
-                 "moeforge report: " + fs::path(r.out_dir).filename().string() + " reproduction");
-    const auto link = fmt::format(
-        "\nEvery run of this reproduction (curves, routing, usage): [report.html](report.html) "
-        "(`moeforge report {} ...`).\n",
-        variant_runs().front());
-    const auto limits = r.markdown.find("\n## What this miniature can and cannot show");  // stays last
-    r.markdown.insert(limits == std::string::npos ? r.markdown.size() : limits, link);
-  }
-  write_file_atomic((fs::path(r.out_dir) / "results.md").string(), r.markdown);
-  write_file_atomic((fs::path(r.out_dir) / "results.json").string(), r.json.dump(2) + "\n");
-  std::cout << r.markdown << "\nwrote " << (fs::path(r.out_dir) / "results.md").string() << "\n";
-}
-
 }  // namespace
 
 void register_repro_commands(CLI::App& app) {
@@ -116,9 +99,10 @@ void register_repro_commands(CLI::App& app) {
 
   auto* uf = repro->add_subcommand(
       "unif",
-      "UniF-MoE in miniature: pretrain a dense LM without --domain (or a ViT), upcycle two blocks into top-2, top-1, "
-      "top-p and UniF-MoE (and its three ablations), fine-tune each and a dense control identically per seed (the LM "
-      "on --domain alone); quality, activated blocks, and the slots re-timed in interleaved rounds");
+      "UniF-MoE in miniature: pretrain a dense LM without --domain (or a ViT without --classes), upcycle two blocks "
+      "into top-2, top-1, top-p and UniF-MoE (and its three ablations), fine-tune each and a dense control "
+      "identically per seed on --domain (--classes) alone; quality, activated blocks, and the slots re-timed in "
+      "interleaved rounds");
   static ReproArgs unif_args{"configs/repro/unif-lm.toml", "docs/repro/unif-lm", {}, 5};
   static UniFReproOptions unif_opt;
   static bool unif_report_only = false;
@@ -130,6 +114,9 @@ void register_repro_commands(CLI::App& app) {
   uf->add_option("--domain", unif_opt.domain, "LM: the fine-tuning domain, left out of the pretraining")
       ->capture_default_str()
       ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
+  uf->add_option("--classes", unif_opt.classes,
+                 "ViT: the fine-tuning classes (data.classes), left out of the pretraining")
+      ->capture_default_str();
   add_finetune_options(uf, unif_opt.finetune_steps, unif_opt.finetune_lr);
   uf->add_option("--secondary-seeds", unif_opt.secondary_seeds,
                  "seeds of top-1, top-p and the ablations (dense, top-2 and UniF-MoE: --seeds)")
@@ -160,13 +147,22 @@ void register_repro_commands(CLI::App& app) {
 
   auto* ib = repro->add_subcommand(
       "intb",
-      "IntBMoE in miniature on the LM corpus: vs dense, top-2 MoE and SMEAR at matched total parameters, the six "
-      "ablations, the removal probe and recipe similarity of the trained model, the cache's cost over E");
-  static ReproArgs intb_args{"configs/repro/intb.toml", "docs/repro/intb", {}, 3};
+      "IntBMoE in miniature (the LM corpus, or a ViT base config on Fashion-MNIST): vs the dense backbone, top-2 "
+      "MoE and SMEAR with E + 1 FFN-sized experts (the paper's matching) and at equal total parameters, the six "
+      "ablations, the removal probe over seeds, the cache's cost over E");
+  static ReproArgs intb_args{"configs/repro/intb.toml", "docs/repro/intb", {}, 5};
   static IntBReproOptions intb_opt;
-  add_repro_options(ib, intb_args);
+  static bool intb_report_only = false;
+  add_rendered_options(ib, intb_args, intb_report_only);
   ib->add_flag("!--no-ablations", intb_opt.ablations, "skip the six ablation arms");
-  ib->callback([] { write_results(intb_repro(intb_args, intb_opt)); });
+  ib->add_option("--secondary-seeds", intb_opt.secondary_seeds,
+                 "seeds of every arm but IntBMoE and top-2 (those: --seeds)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 20));
+  ib->add_option("--probe-seeds", intb_opt.probe_seeds, "IntBMoE seeds whose trained model the removal probe measures")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 20));
+  ib->callback([] { run_rendered(intb_args, intb_report_only, [] { return intb_repro(intb_args, intb_opt); }); });
 }
 
 }  // namespace mf::cli

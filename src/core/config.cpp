@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -231,21 +232,22 @@ bool in_moe_layers(const ModelConfig& m, int64_t layer) {
   if (p == "every_other") return layer % 2 == 1;
   try {
     if (p.rfind("first_dense:", 0) == 0) return layer >= parse_int(p.substr(12), "first_dense");
-    std::stringstream ss(p);
-    std::string item;
-    bool any = false, hit = false;
-    while (std::getline(ss, item, ',')) {
-      size_t used = 0;
-      int64_t v = std::stoll(item, &used);
-      if (used != item.size() || v < 0) throw std::invalid_argument(item);
-      any = true, hit |= v == layer;
-    }
-    if (any) return hit;
+    const auto list = parse_index_list(p, "model.moe.layers");
+    return std::find(list.begin(), list.end(), layer) != list.end();
   } catch (const std::exception&) {}
   throw ConfigError(
       fmt::format("model.moe.layers = \"{}\": expected all, every_other, first_dense:N or a list "
                   "of block indices like \"1,3\"",
                   p));
+}
+
+std::vector<int64_t> image_classes(const DataConfig& d) {
+  if (d.classes == "all") return {};
+  try {
+    return parse_index_list(d.classes, "data.classes");
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("{} (expected all or a list of class indices like \"0,2,4,6\")", e.what()));
+  }
 }
 
 int64_t num_moe_layers(const ModelConfig& m) {
@@ -259,6 +261,10 @@ void validate(const Config& c) {
   if (m.ffn == "moe")
     for (int64_t i = 0; i < m.n_layers; ++i) is_moe_layer(m, i);  // pattern check
   if (m.task == "classify") {
+    for (const auto k : image_classes(c.data))
+      if (k >= m.num_classes)
+        throw ConfigError(fmt::format("data.classes = \"{}\": class {} does not exist (model.num_classes = {})",
+                                      c.data.classes, k, m.num_classes));
     if (m.image_size % m.patch_size != 0)
       throw ConfigError(
           fmt::format("model.patch_size ({}) must divide model.image_size ({})", m.patch_size, m.image_size));

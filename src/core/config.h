@@ -151,7 +151,8 @@ struct DataConfig {
   int64_t val_images = 5000;  // the last training images form the validation split
   bool augment = true;        // random crop (crop_padding-pixel padding) and horizontal flip
   int64_t crop_padding = 2;
-  double erase_prob = 0.0;  // random erasing (Zhong et al. 2017): probability per image
+  double erase_prob = 0.0;      // random erasing (Zhong et al. 2017): probability per image
+  std::string classes = "all";  // the classes every split keeps: all | a list "0,2,4,6"
 };
 
 struct TrainConfig {
@@ -240,7 +241,9 @@ std::string closest_key(const std::string& path);
 Config load_config(const std::string& path);
 void apply_toml_text(Config& cfg, const std::string& text, const std::string& source);
 void apply_override(Config& cfg, const std::string& assignment);  // "train.lr=3e-4"
-void validate(const Config& cfg);                                 // cross-field checks
+// data.classes as class indices ({} = all); ConfigError when it is neither all nor a list.
+std::vector<int64_t> image_classes(const DataConfig& d);
+void validate(const Config& cfg);  // cross-field checks
 std::string to_toml(const Config& cfg);
 std::string value_to_string(const Value& v);
 std::string schema_markdown();

@@ -116,6 +116,9 @@ std::vector<KeySpec> build_schema() {
           "classify: directory of the gzip IDX files (train-*, t10k-*; Debian's dataset-fashion-mnist)"),
       key("data.val_images", &C::data, &DataConfig::val_images,
           "classify: the last N training images form the validation split", 0, 1e7),
+      key("data.classes", &C::data, &DataConfig::classes,
+          "classify: the classes the train, val and test splits keep: all, or a list of class indices like "
+          "\"0,2,4,6\" (a shift: pretrain on some classes, fine-tune on the others)"),
       key("data.augment", &C::data, &DataConfig::augment,
           "classify: random crop after zero padding (data.crop_padding pixels), and horizontal flip"),
       key("data.crop_padding", &C::data, &DataConfig::crop_padding,

@@ -132,6 +132,18 @@ int64_t parse_int(const std::string& text, const std::string& what) {
   return v;
 }
 
+std::vector<int64_t> parse_index_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    out.push_back(parse_int(item, what));
+    if (out.back() < 0) throw std::invalid_argument(fmt::format("{}: '{}' is negative", what, item));
+  }
+  if (out.empty() || text.back() == ',')
+    throw std::invalid_argument(fmt::format("{}: '{}' is not a list like \"1,3\"", what, text));
+  return out;
+}
+
 size_t json_depth(std::string_view text) {
   size_t depth = 0, deepest = 0;
   bool in_string = false;

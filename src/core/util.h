@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mf {
 
@@ -47,6 +48,9 @@ void require_utf8(std::string_view s, const std::string& what);
 // Whole-string integer: "12" -> 12; "12x", "", " 12" or out of range throw
 // std::invalid_argument naming `what`.
 int64_t parse_int(const std::string& text, const std::string& what);
+// "1,3,5" -> {1, 3, 5}: comma-separated whole-string integers >= 0, at least one; anything else
+// throws std::invalid_argument naming `what`.
+std::vector<int64_t> parse_index_list(const std::string& text, const std::string& what);
 
 // How deep JSON `text` nests ([ and { outside strings): checked before parsing untrusted
 // JSON, since a million nested arrays would overflow the stack of anything recursive.

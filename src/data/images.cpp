@@ -21,7 +21,13 @@ static ImageSplit read_split(const std::string& dir, const std::string& prefix) 
   return s;
 }
 
-ImageDataset::ImageDataset(const std::string& dir, int64_t val) {
+// The images of `s` whose label is one of `keep_C` (a bool per class).
+static ImageSplit only_classes(const ImageSplit& s, const at::Tensor& keep_C) {
+  const auto rows = keep_C.index_select(0, s.labels).nonzero().squeeze(1);
+  return {s.images.index_select(0, rows), s.labels.index_select(0, rows)};
+}
+
+ImageDataset::ImageDataset(const std::string& dir, int64_t val, const std::vector<int64_t>& classes) {
   auto all = read_split(dir, "train");
   test_ = read_split(dir, "t10k");
   const int64_t n = all.images.size(0);
@@ -36,6 +42,15 @@ ImageDataset::ImageDataset(const std::string& dir, int64_t val) {
   auto pixels = train_.images.to(at::kDouble) / 255.0;
   mean = pixels.mean().item<double>();
   std = pixels.std().item<double>();
+  if (classes.empty()) return;
+  auto keep_C = at::zeros({num_classes_}, at::kBool);
+  for (const auto k : classes) {
+    if (k < 0 || k >= num_classes_)
+      throw DataError(fmt::format("data.classes: {} has no class {} (its labels are 0-{})", dir, k, num_classes_ - 1));
+    keep_C[k] = true;
+  }
+  train_ = only_classes(train_, keep_C), val_ = only_classes(val_, keep_C), test_ = only_classes(test_, keep_C);
+  if (train_.labels.numel() == 0) throw DataError(fmt::format("data.classes: {} has no training images of them", dir));
 }
 
 const ImageSplit& ImageDataset::split(const std::string& name) const {

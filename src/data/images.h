@@ -2,7 +2,8 @@
 // (/usr/share/datasets/fashion-mnist: train-* 60,000 and t10k-* 10,000 28x28 grey images, 10
 // classes). The last `val` training images form the validation split (fixed, no shuffling),
 // the rest train; t10k is the test split. Pixels are scaled to [0, 1] and normalised with the
-// mean and std of the training split.
+// mean and std of the training split. With `classes`, every split keeps only those classes'
+// images (normalisation and num_classes stay the whole dataset's).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -26,7 +27,7 @@ struct ImageBatch {
 
 class ImageDataset {
  public:
-  ImageDataset(const std::string& dir, int64_t val);
+  ImageDataset(const std::string& dir, int64_t val, const std::vector<int64_t>& classes = {});
   const ImageSplit& split(const std::string& name) const;  // train | val | test
   int64_t num_classes() const { return num_classes_; }
   int64_t image_size() const { return train_.images.size(1); }

@@ -6,8 +6,8 @@
 
 #include <filesystem>
 #include <set>
-#include <sstream>
 
+#include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 
@@ -52,18 +52,12 @@ std::map<std::string, at::Tensor> dense_as_expert(const SafetensorsData& st, con
 }  // namespace
 
 std::vector<int64_t> parse_block_list(const std::string& text, const std::string& option) {
-  std::vector<int64_t> v;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    try {
-      v.push_back(std::stoll(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) throw ConfigError(option + ": '" + item + "' is not a block number");
+  if (text.empty()) return {};
+  try {
+    return parse_index_list(text, option);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("{} (block numbers like \"1,3\")", e.what()));
   }
-  return v;
 }
 
 Config upcycled_config(const Config& dense, const UpcycleOptions& opt) {

@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "methods/intb/intb.h"
+#include "methods/intb/repro.h"
 #include "methods/intb/smear.h"
 #include "methods/latent/latent.h"
 #include "methods/latent/repro.h"
@@ -32,6 +33,7 @@ void register_builtin_methods() {
     register_repro_render("latent", render_latent_results);
     register_repro_render("umoe", render_umoe_results);
     register_repro_render("unif", render_unif_results);
+    register_repro_render("intb", render_intb_results);
     // UniF-MoE replaces the whole routed path, so it composes with neither pools nor latent experts
     register_config_validator([](const Config& c) {
       if (c.model.moe.section<UniFConfig>().blocks == 0) return;

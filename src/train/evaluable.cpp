@@ -28,8 +28,8 @@ Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const s
   if (e.cfg.model.task == "classify") {
     std::shared_ptr<VisionTransformerImpl> model = load_classifier(checkpoint).model.ptr();
     require_finite(*model, checkpoint);
-    auto data =
-        std::make_shared<ImageDataset>(data_dir.empty() ? e.cfg.data.images_dir : data_dir, e.cfg.data.val_images);
+    auto data = std::make_shared<ImageDataset>(data_dir.empty() ? e.cfg.data.images_dir : data_dir,
+                                               e.cfg.data.val_images, image_classes(e.cfg.data));
     e.ffns = model->feed_forwards();
     const int64_t images = windows > 0 ? windows * 16 : 0;
     const bool flip = e.cfg.eval.flip_average;

@@ -82,10 +82,6 @@ void weight_domains(Config& cfg, const std::string& domain, bool only) {
   for (auto& [name, w] : weights) *w = (name == domain) == only ? 1.0 : 0.0;
 }
 
-double run_seconds(const std::string& run_dir) {
-  return nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("elapsed_s", 0.0);
-}
-
 nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
                            const std::function<nlohmann::json()>& measure) {
   const auto path = run_dir + "/measures.json";
@@ -104,36 +100,6 @@ nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
     write_file_atomic(path, kept.dump(1) + "\n");
   }
   return kept[key];
-}
-
-std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir) {
-  const double unigram = nlohmann::json::parse(read_file(run_dir + "/summary.json")).value("unigram_entropy_nats", 0.0);
-  const auto [lo, hi] = std::minmax_element(losses.begin(), losses.end());
-  if (lo == losses.end() || unigram <= 0) return "The runs' distance from the initial plateau is unknown.";
-  const auto range = fmt::format("The runs end at {:.2f}-{:.2f} nats", *lo, *hi);
-  const auto plateau = fmt::format(
-      "the corpus's unigram entropy ({:.2f} nats, the loss of predicting token "
-      "frequencies alone, the initial plateau)",
-      unigram);
-  const auto near = std::count_if(losses.begin(), losses.end(), [&](double l) { return l > unigram - 0.1; });
-  if (*lo >= unigram)
-    return fmt::format("{}, not below {}: still on the plateau, so differences say little.", range, plateau);
-  if (near == 0)
-    return fmt::format("{}, {:.2f}-{:.2f} below {}: past the plateau, but still early in training.", range,
-                       unigram - *hi, unigram - *lo, plateau);
-  return fmt::format(
-      "{}, against {}; {} of {} runs end less than 0.1 nats below it or above: they have barely left the plateau, so "
-      "the spread between seeds is partly a matter of when a run leaves it.",
-      range, plateau, near, losses.size());
-}
-
-std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
-                             bool want_positive, const std::string& unit, double scale, int digits) {
-  Direction dir{text, want_positive, false, std::nullopt, unit, scale, digits};
-  auto j = direction_json(dir, d);
-  md += direction_line(j);
-  js["directions"][text] = j;
-  return j["call"].get<std::string>();
 }
 
 namespace {

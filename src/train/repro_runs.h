@@ -60,19 +60,6 @@ nlohmann::json run_measure(const std::string& run_dir, const std::string& key,
 // session that trained them.
 void measure_when_finished(const std::vector<Config>& cfgs, const std::string& key,
                            const std::function<nlohmann::json()>& measure);
-// A finished run's training seconds from its summary.json (so reused runs count too).
-double run_seconds(const std::string& run_dir);
-// Where the arms' final losses `losses` stand against the corpus's unigram entropy (the loss of
-// predicting token frequencies alone, the initial plateau), read from `run_dir`'s summary: one
-// sentence for a results.md's "what this miniature can and cannot show".
-std::string loss_against_unigram(const std::vector<double>& losses, const std::string& run_dir);
-
-// Appends direction_line() of `d` for `text` to `md` and its direction_json() to
-// js["directions"][text] (the difference times `scale`, `digits` decimals); returns the call.
-std::string report_direction(std::string& md, nlohmann::json& js, const std::string& text, const PairedDifference& d,
-                             bool want_positive, const std::string& unit = "", double scale = 1, int digits = 4);
-inline std::string verdict(bool held) { return held ? "held" : "did not hold"; }
-
 // What every repro command takes: --config, --out, --seeds, --quick, --set.
 struct ReproArgs {
   std::string config, out;
@@ -86,12 +73,5 @@ struct ReproArgs {
 // The base config: --config, then (with --quick) the quick overrides and one seed, then --set;
 // sets the run share from --part.
 Config repro_base_config(ReproArgs& a, const std::vector<std::string>& quick_overrides);
-
-// What a driver hands back: the CLI prints `markdown` and writes results.md / results.json
-// into `out_dir` (the driver has already written its pictures there).
-struct ReproResult {
-  std::string out_dir, markdown;
-  nlohmann::json json;
-};
 
 }  // namespace mf

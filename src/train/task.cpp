@@ -64,7 +64,7 @@ class ClassifyTask : public ModelTask<VisionTransformer> {
  public:
   explicit ClassifyTask(const Config& c)
       : cfg_(c),
-        data_(c.data.images_dir, c.data.val_images),
+        data_(c.data.images_dir, c.data.val_images, image_classes(c.data)),
         sampler_(data_, static_cast<uint64_t>(c.train.seed), c.data.augment, c.data.crop_padding, c.data.erase_prob) {
     model_ = VisionTransformer(c.model);
   }

@@ -115,10 +115,38 @@ TEST(Util, WholeIntegersUtf8AndJsonDepth) {
   EXPECT_EQ(parse_int("-12", "x"), -12);
   for (const char* bad : {"12x", "", " 1", "1.5", "99999999999999999999"})
     EXPECT_THROW(parse_int(bad, "x"), std::invalid_argument) << bad;
+  EXPECT_EQ(parse_index_list("1,3,0", "x"), (std::vector<int64_t>{1, 3, 0}));
+  for (const char* bad : {"", "1,", ",1", "1,,3", "1,-2", "a", "1, 3"})
+    EXPECT_THROW(parse_index_list(bad, "x"), std::invalid_argument) << bad;
+  try {
+    parse_index_list("2,-1", "data.classes");
+    ADD_FAILURE() << "a negative index was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("data.classes: '-1'"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(json_depth(R"({"a": [1, {"b": "[[[[\"{"}], "c": {}})"), 3u);
   EXPECT_EQ(invalid_utf8_at("ok\xC3\xA9\xC3("), 4u);
   EXPECT_EQ(invalid_utf8_at("\xED\xA0\x80"), 0u);  // a surrogate
   EXPECT_EQ(invalid_utf8_at("\xF0\x9F\x91\x8D"), std::string_view::npos);
+}
+
+TEST(Config, ImageClassesAreAllOrAListOfExistingClasses) {
+  Config c;
+  c.model.task = "classify";
+  c.model.n_kv_heads = c.model.n_heads;
+  EXPECT_TRUE(image_classes(c.data).empty());
+  apply_override(c, "data.classes=0,2,4,6");  // a string key takes the text as written
+  EXPECT_EQ(image_classes(c.data), (std::vector<int64_t>{0, 2, 4, 6}));
+  validate(c);
+  c.data.classes = "1,10";
+  EXPECT_THROW(validate(c), ConfigError);  // model.num_classes is 10
+  c.data.classes = "none";
+  try {
+    image_classes(c.data);
+    ADD_FAILURE() << "'none' was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.classes"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Config, TomlRoundTrip) {

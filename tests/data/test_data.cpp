@@ -239,6 +239,25 @@ TEST(Images, FashionMnistSplitsNormalisationAndDeterministicBatches) {
   EXPECT_THROW(ImageDataset("/usr/share/datasets/fashion-mnist", 60000), DataError);
 }
 
+TEST(Images, AClassSubsetKeepsExactlyItsImagesInEverySplitAndTheNormalisation) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  ImageDataset all(dir, 5000), some(dir, 5000, {0, 2, 4, 6});
+  EXPECT_EQ(some.num_classes(), 10);
+  EXPECT_EQ(some.mean, all.mean);  // the model sees pixels normalised as in pretraining
+  EXPECT_EQ(some.std, all.std);
+  for (const char* split : {"train", "val", "test"}) {
+    const auto& a = all.split(split);
+    const auto& s = some.split(split);
+    const auto keep = (a.labels == 0) | (a.labels == 2) | (a.labels == 4) | (a.labels == 6);
+    EXPECT_EQ(s.labels.size(0), keep.sum().item<int64_t>()) << split;
+    EXPECT_TRUE(torch::equal(s.labels, a.labels.masked_select(keep))) << split;  // same images, same order
+    const auto rows = keep.nonzero().squeeze(1);
+    EXPECT_TRUE(torch::equal(s.images, a.images.index_select(0, rows))) << split;
+  }
+  EXPECT_EQ(some.split("test").labels.size(0), 4000);  // 1,000 test images per class
+  EXPECT_THROW(ImageDataset(dir, 5000, {3, 10}), DataError);
+}
+
 TEST(Images, AugmentationShiftsByAtMostThePaddingAndFlips) {
   // four training images, each black but one pixel whose place is known from the label
   const auto dir = fs::temp_directory_path() / "mf_idx_synthetic";

@@ -303,23 +303,6 @@ TEST_F(TrainRun, DivergenceStopsAtItsStepAndKeepsTheLastGoodCheckpoint) {
   }
 }
 
-// The closing sentence of a results.md places the arms' losses against the unigram entropy (6.0).
-TEST(Repro, LossAgainstUnigramNamesTheRunsNearThePlateau) {
-  namespace fs = std::filesystem;
-  const auto dir = fs::temp_directory_path() / "mf_unigram";
-  fs::create_directories(dir);
-  write_file_atomic((dir / "summary.json").string(), R"({"unigram_entropy_nats": 6.0})");
-  const auto past = loss_against_unigram({5.0, 5.5}, dir.string());
-  EXPECT_NE(past.find("5.00-5.50 nats, 0.50-1.00 below"), std::string::npos) << past;
-  const auto near = loss_against_unigram({5.0, 5.95, 6.2}, dir.string());
-  EXPECT_NE(near.find("2 of 3 runs end less than 0.1 nats below it"), std::string::npos) << near;
-  const auto stuck = loss_against_unigram({6.0, 6.3}, dir.string());
-  EXPECT_NE(stuck.find("still on the plateau"), std::string::npos) << stuck;
-  write_file_atomic((dir / "summary.json").string(), "{}");
-  EXPECT_NE(loss_against_unigram({5.0}, dir.string()).find("unknown"), std::string::npos);
-  fs::remove_all(dir);
-}
-
 // A fine-tune trains on one domain; its pretraining on every other.
 TEST(Repro, DomainWeightsPickOneDomainOrLeaveItOut) {
   Config cfg;

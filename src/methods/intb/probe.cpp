@@ -83,6 +83,18 @@ nlohmann::json IntBProbe::to_json() const {
   return j;
 }
 
+IntBProbe IntBProbe::from_json(const nlohmann::json& j) {
+  IntBProbe p;
+  p.split = j["split"].get<std::string>();
+  p.loss = j["loss"].get<double>();
+  for (const auto& s : j["slots"]) {
+    p.layers.push_back(s["layer"].get<int64_t>());
+    p.removed.push_back(s["removed_loss"].get<std::vector<double>>());
+    p.similarity.push_back(s["recipe_cosine"].get<std::vector<std::vector<double>>>());
+  }
+  return p;
+}
+
 std::vector<std::string> write_intb_probe(const IntBProbe& p, const std::string& prefix, const std::string& run) {
   std::vector<std::vector<double>> cost;
   HeatmapOptions h;

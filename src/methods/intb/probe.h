@@ -21,6 +21,7 @@ struct IntBProbe {
   double mean_similarity(size_t slot) const;                 // over the pairs b != b'
   std::string markdown() const;
   nlohmann::json to_json() const;
+  static IntBProbe from_json(const nlohmann::json& j);  // to_json()'s inverse
 };
 
 IntBProbe intb_probe(Evaluable& model, const std::string& split);

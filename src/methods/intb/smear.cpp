@@ -25,6 +25,7 @@ at::Tensor SmearFeedForward::probs(const at::Tensor& x) const {
 // The merged expert on every token: pre = sum_e p_te (W1_e x_t + b1_e); h = act(pre);
 // y = sum_e p_te (W2_e h_t + b2_e). Linear in the weights, so each sum runs over the E outputs.
 torch::Tensor SmearFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) {
+  if (example_ && x.dim() == 3) return forward_per_sample(x);
   auto x_TD = x.reshape({-1, x.size(-1)});
   auto p_TE = probs(x).reshape({x_TD.size(0), -1}).to(x.dtype());
   const auto& b = *experts;
@@ -37,6 +38,23 @@ torch::Tensor SmearFeedForward::forward(const torch::Tensor& x, AuxLosses& aux) 
   auto down_TED = torch::einsum("tf,edf->ted", {h_TF, b.down_proj});
   if (b.down_proj_bias.defined()) down_TED = down_TED + b.down_proj_bias.unsqueeze(0);
   return (p_TE.unsqueeze(-1) * down_TED).sum(1).view(x.sizes());
+}
+
+// Example level, the same function with sample b's expert materialised: W1_b = sum_e p_be W1_e,
+// pre = W1_b x_t + sum_e p_be b1_e; y = W2_b act(pre) + sum_e p_be b2_e.
+torch::Tensor SmearFeedForward::forward_per_sample(const torch::Tensor& x_BLD) {
+  auto p_BE = probs(x_BLD).select(1, 0).to(x_BLD.dtype());
+  const auto& b = *experts;
+  auto w1_BFD = torch::einsum("be,efd->bfd", {p_BE, b.gate_up_proj});
+  auto pre_BLF = torch::matmul(x_BLD, w1_BFD.transpose(1, 2));
+  if (b.gate_up_proj_bias.defined()) pre_BLF = pre_BLF + p_BE.matmul(b.gate_up_proj_bias).unsqueeze(1);
+  const int64_t F = b.expert_hidden();
+  auto h_BLF = b.activation() == Activation::SwiGLU ? torch::silu(pre_BLF.narrow(2, 0, F)) * pre_BLF.narrow(2, F, F)
+                                                    : torch::gelu(pre_BLF);
+  auto w2_BDF = torch::einsum("be,edf->bdf", {p_BE, b.down_proj});
+  auto y_BLD = torch::matmul(h_BLF, w2_BDF.transpose(1, 2));
+  if (b.down_proj_bias.defined()) y_BLD = y_BLD + p_BE.matmul(b.down_proj_bias).unsqueeze(1);
+  return y_BLD;
 }
 
 void register_smear() {

@@ -3,8 +3,9 @@
 // router-probability-weighted average of all E experts' weights,
 //   W_t = sum_e p_te W_e,   p_t = softmax(W_r r_t),
 // with r_t the token itself (token level: causal, for the LM) or the mean of its sample's tokens
-// (example level: images), as the IntBMoE paper runs it. The merge is never materialised per
-// token: the merged weights act linearly, so W_t x = sum_e p_te (W_e x) (cost of running all E).
+// (example level: images), as the IntBMoE paper runs it. Token level never materialises the merge:
+// the merged weights act linearly, so W_t x = sum_e p_te (W_e x) (the cost of running all E);
+// example level merges once per sample (B merges of E experts, then one FFN per token).
 #pragma once
 #include "core/config.h"
 #include "model/layers.h"
@@ -28,6 +29,7 @@ class SmearFeedForward : public FeedForward {
   std::shared_ptr<ExpertBank> experts;
 
  private:
+  torch::Tensor forward_per_sample(const torch::Tensor& x_BLD);
   bool example_;
 };
 

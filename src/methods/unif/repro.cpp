@@ -44,6 +44,30 @@ std::vector<Arm> arms(const UniFReproOptions& o) {
           {"unif_prefix", "UniF-MoE, prefix blocks", "unif", {"model.moe.unif.block_select=prefix"}}};
 }
 
+// The ViT's class shift: cfg keeps only `classes` (only) or every class but them.
+void shift_classes(Config& cfg, const std::string& classes, bool only) {
+  std::vector<int64_t> target;
+  try {
+    target = parse_index_list(classes, "repro unif --classes");
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+  std::string rest;
+  for (int64_t k = 0; k < cfg.model.num_classes; ++k)
+    if (std::find(target.begin(), target.end(), k) == target.end())
+      rest += (rest.empty() ? "" : ",") + std::to_string(k);
+  cfg.data.classes = only ? classes : rest;
+  validate(cfg);
+}
+
+// The shift the routing is there to answer: the LM's target domain, the ViT's target classes.
+void shift(Config& cfg, const UniFReproOptions& opt, bool only) {
+  if (cfg.model.task == "classify")
+    shift_classes(cfg, opt.classes, only);
+  else
+    weight_domains(cfg, opt.domain, only);
+}
+
 struct Finetune {
   Config cfg;
   std::string init;
@@ -64,7 +88,7 @@ Finetune finetune_of(const Arm& arm, int64_t s, const std::string& pretrained, c
   u.seed = static_cast<uint64_t>(s);
   u.sets = arm.sets;
   if (!arm.method.empty()) f.cfg = upcycled_config(f.cfg, u);
-  if (f.cfg.model.task != "classify") weight_domains(f.cfg, opt.domain, true);
+  shift(f.cfg, opt, true);
   apply_finetune(f.cfg, steps, opt.finetune_lr, s, name);
   apply_override(f.cfg, fmt::format("eval.every={}", std::max<int64_t>(1, steps / 15)));
   validate(f.cfg);
@@ -146,13 +170,6 @@ std::vector<double> values(const nlohmann::json& arm, const std::string& key) {
   return arm.value(key, nlohmann::json::array()).get<std::vector<double>>();
 }
 
-// a[s] - b[s] over the seeds both have.
-PairedDifference paired(std::vector<double> a, std::vector<double> b) {
-  const auto n = std::min(a.size(), b.size());
-  a.resize(n), b.resize(n);
-  return paired_difference(a, b);
-}
-
 // The directions, chosen before running. Primary: UniF-MoE's quality at least top-2's, and its
 // upcycled slots faster than top-2's at the trained routing (the paper's headline pair).
 void add_directions(nlohmann::json& r) {
@@ -163,8 +180,8 @@ void add_directions(nlohmann::json& r) {
   const std::string metric =
       vision ? "validation accuracy" : r["setup"]["domain"].get<std::string>() + " validation loss";
   auto better = [&](const std::string& text, const std::string& x, const std::string& y, bool primary) {
-    const auto d = vision ? paired(values(a[x], "accuracy"), values(a[y], "accuracy"))
-                          : paired(values(a[y], "val_loss"), values(a[x], "val_loss"));
+    const auto d = vision ? paired_difference(values(a[x], "accuracy"), values(a[y], "accuracy"))
+                          : paired_difference(values(a[y], "val_loss"), values(a[x], "val_loss"));
     const auto how = vision ? fmt::format("{}, {} - {}", metric, x, y) : fmt::format("{}, {} - {}", metric, y, x);
     dirs.push_back(direction_json(
         {text + " (" + how + ")", true, primary, std::nullopt, vision ? " points" : " nats", 1, vision ? 2 : 4}, d));
@@ -173,10 +190,10 @@ void add_directions(nlohmann::json& r) {
     std::vector<double> out;
     const auto v = values(a[x], key);
     for (double e : v) out.push_back(e - 1);
-    return paired(out, std::vector<double>(out.size(), 0.0));
+    return paired_difference(out, std::vector<double>(out.size(), 0.0));
   };
   auto more_blocks = [&](const std::string& x, const std::string& y) {
-    return paired(values(a[x], "blocks"), values(a[y], "blocks"));
+    return paired_difference(values(a[x], "blocks"), values(a[y], "blocks"));
   };
   const bool early = r.value("early_pass", false);  // the held-out quality at 80 % of the steps only
   better("UniF-MoE is at least as good as top-2", "unif", "top2", true);
@@ -226,8 +243,9 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
                   fmt::format(" --layers {} --experts {} --blocks {} --top-p {:g} --domain {} --finetune-steps {} "
                               "--finetune-lr {:g} --secondary-seeds {} --timing-rounds {}",
                               opt.layers, opt.experts, opt.blocks, opt.top_p, opt.domain, opt.finetune_steps,
-                              opt.finetune_lr, opt.secondary_seeds, opt.timing_rounds));
-  if (!vision) weight_domains(base, opt.domain, false);
+                              opt.finetune_lr, opt.secondary_seeds, opt.timing_rounds) +
+                  (vision ? " --classes " + opt.classes : ""));
+  shift(base, opt, false);
   base.run.name = "unif-dense-pretrain";
   const auto& m = base.model;
   js["setup"] = {{"task", vision ? "classify" : "lm"},
@@ -251,6 +269,7 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
                  {"timing_tokens", kTimingTokens},
                  {"windows", base.eval.windows},
                  {"threads", base.train.threads}};
+  if (vision) js["setup"]["classes"] = opt.classes;
   spdlog::info("repro unif: pretraining the dense backbone ({} steps)", base.train.steps);
   share_training([&] { run_variant(base); });
   const auto pretrained = run_variant(base);

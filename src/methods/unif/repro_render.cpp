@@ -6,6 +6,7 @@
 
 #include "analysis/svg_plot.h"
 #include "core/util.h"
+#include "data/images.h"
 #include "methods/unif/repro.h"
 #include "train/repro_report.h"
 #include "train/repro_stats.h"
@@ -126,13 +127,25 @@ void write_pictures(const nlohmann::json& js, const std::string& out) {
                                           "activated (expert, block) units per token C_B", "µs per token"}));
 }
 
+// "0,2" -> "0 (T-shirt/top) and 2 (Pullover)"
+std::string class_list(const std::string& classes) {
+  const auto& names = ImageDataset::class_names();
+  std::vector<std::string> items;
+  for (const auto k : parse_index_list(classes, "classes"))
+    items.push_back(k < static_cast<int64_t>(names.size()) ? fmt::format("{} ({})", k, names[k]) : std::to_string(k));
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+  return out;
+}
+
 std::string setup_paragraph(const nlohmann::json& js) {
   const auto& s = js["setup"];
   const bool v = vision(js);
   const auto shift =
-      v ? std::string(
-              "on Fashion-MNIST, then fine-tuned on the same training images (no domain shift: this data "
-              "has none to offer, so the fine-tune is continued in-distribution training)")
+      v ? fmt::format(
+              "on the Fashion-MNIST images of every class but {0}, then fine-tuned on those classes' images alone "
+              "(a class shift: new garments to tell apart, whose output rows the pretraining never trained)",
+              class_list(s["classes"].get<std::string>()))
         : fmt::format(
               "on the corpus without `{0}`, then fine-tuned on `{0}` alone (the shift the routing is there to "
               "answer)",
@@ -152,7 +165,7 @@ std::string setup_paragraph(const nlohmann::json& js) {
       s["layers"].get<std::string>(), s["experts"].get<int64_t>(), s["blocks"].get<int64_t>(),
       s["finetune_steps"].get<int64_t>(), s["items_per_step"].get<int64_t>(), v ? "images" : "tokens",
       s["finetune_lr"].get<double>(), s["seeds"].get<int64_t>(), s["secondary_seeds"].get<int64_t>(),
-      v ? "validation accuracy (the last training images, held out)"
+      v ? "validation accuracy on the target classes (their images among the last training images, held out)"
         : fmt::format("`{}`'s validation loss ({} windows)", s["domain"].get<std::string>(),
                       s["windows"].get<int64_t>()),
       s["timing_rounds"].get<int64_t>(), s["threads"].get<int64_t>());
@@ -164,7 +177,8 @@ std::string render_unif_results(const nlohmann::json& js, const std::string& out
   write_pictures(js, out_dir);
   const bool v = vision(js);
   std::string md = fmt::format("# UniF-MoE upcycling in miniature ({})\n\n{}\n\n",
-                               v ? "Fashion-MNIST ViT" : "language model under a domain shift", results_header(js));
+                               v ? "Fashion-MNIST ViT under a class shift" : "language model under a domain shift",
+                               results_header(js));
   md += setup_paragraph(js) + arms_table(js) + directions_section(js) + "\n" + ablation_section(js) +
         motivation_section(js);
   md +=

@@ -66,7 +66,7 @@ CapturedSlots capture_slots(const std::string& dir, const std::vector<int64_t>& 
     batches += static_cast<double>(moe.size());
   };
   if (vision) {
-    ImageDataset data(vit.cfg.data.images_dir, vit.cfg.data.val_images);
+    ImageDataset data(vit.cfg.data.images_dir, vit.cfg.data.val_images, image_classes(vit.cfg.data));
     vit.model->eval();
     evaluate_classifier(*vit.model, data, "test", windows * 16, 500, false, after_batch);
   } else {

@@ -260,37 +260,52 @@ TEST(IntB, ConfigBuildsTheSlotAndRefusesBadKeys) {
   EXPECT_EQ(intb->basis_EOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
 }
 
-// Every matched arm of `repro intb` (LM and ViT) has the width whose parameter count is the
-// closest to the IntBMoE model's: one unit more or less is never closer (counted, not assumed).
-TEST(IntB, ReproArmsMatchTheIntBModelsParameters) {
+// `repro intb`'s arms. Matched at total parameters: one unit more or less of the solved width is
+// never closer to the IntBMoE model's count (counted, not assumed). Matched as the paper matches
+// (A.3): E + 1 experts of the backbone's FFN, so per token SMEAR executes exactly the dense
+// backbone plus its routers, and top-2 one more FFN per MoE block.
+TEST(IntB, ReproArmsMatchAsThePaperAndAtTotalParameters) {
   for (bool vision : {false, true}) {
     Config base;
-    std::vector<std::string> sets = {"model.d_model=32",        "model.n_layers=2",  "model.n_heads=2",
-                                     "model.n_kv_heads=2",      "model.ffn=intb",    "model.moe.layers=all",
-                                     "model.moe.num_experts=8", "model.moe.top_k=2", "model.moe.expert_hidden=24",
-                                     "model.moe.intb.basis=6"};
+    std::vector<std::string> sets = {"model.d_model=32",        "model.n_layers=2",   "model.n_heads=2",
+                                     "model.n_kv_heads=2",      "model.ffn=intb",     "model.moe.layers=0",
+                                     "model.moe.num_experts=8", "model.moe.top_k=2",  "model.moe.expert_hidden=24",
+                                     "model.moe.intb.basis=6",  "model.ffn_hidden=40"};
     if (vision)
       for (auto s : {"model.task=classify", "model.image_size=28", "model.patch_size=7", "model.channels=1",
-                     "model.num_classes=10"})
+                     "model.num_classes=10", "model.moe.dense_ffn=gelu"})
         sets.push_back(s);
     for (auto& s : sets) apply_override(base, s);
     base.model.vocab_size = 64;
     validate(base);
     const int64_t target = total_parameters(base);
-    for (const auto& arm : intb_arms(true, vision)) {
-      const auto c = arm_config(base, arm, target);
-      if (arm.name == "dense") {
-        EXPECT_EQ(c.model.ffn, vision ? "gelu" : "swiglu");
-      }
-      if (arm.match_key.empty()) continue;
-      const int64_t v = std::stoll(value_to_string(find_key(arm.match_key)->get(c))), got = total_parameters(c);
+    std::map<std::string, Config> arm;
+    for (const auto& a : intb_arms(base, true)) arm[a.name] = arm_config(base, a, target);
+    const auto what = vision ? " (ViT)" : " (LM)";
+    EXPECT_EQ(arm["dense"].model.ffn, vision ? "gelu" : "swiglu") << what;
+    EXPECT_EQ(arm["dense"].model.ffn_hidden, 40) << what;
+    for (const char* name : {"top2", "smear"}) {
+      EXPECT_EQ(arm[name].model.moe.num_experts, 7) << name << what;  // E + 1
+      EXPECT_EQ(arm[name].model.moe.expert_hidden, 40) << name << what;
+      EXPECT_EQ(arm[name].model.moe.expert_bias, vision) << name << what;
+    }
+    // one FFN of width 40 at d = 32: SwiGLU 3 x 32 x 40; GELU 2 x 32 x 40 and its biases 40 + 32
+    const int64_t dense = executed_parameters(arm["dense"]), router = 7 * 32,
+                  ffn = vision ? 2 * 32 * 40 + 40 + 32 : 3 * 32 * 40;
+    EXPECT_EQ(dense, total_parameters(arm["dense"])) << what;
+    EXPECT_EQ(executed_parameters(arm["smear"]), dense + router) << what;
+    EXPECT_EQ(executed_parameters(arm["top2"]), dense + router + ffn) << what;
+    for (const auto& a : intb_arms(base, true)) {
+      if (a.match_key.empty()) continue;
+      const auto& c = arm[a.name];
+      const int64_t v = std::stoll(value_to_string(find_key(a.match_key)->get(c))), got = total_parameters(c);
       for (int64_t other : {v - 1, v + 1}) {
         Config o = c;
-        apply_override(o, fmt::format("{}={}", arm.match_key, other));
+        apply_override(o, fmt::format("{}={}", a.match_key, other));
         EXPECT_LE(std::abs(got - target), std::abs(total_parameters(o) - target))
-            << arm.name << (vision ? " (ViT)" : " (LM)") << " at " << arm.match_key << " = " << other;
+            << a.name << what << " at " << a.match_key << " = " << other;
       }
-      EXPECT_LT(std::abs(got - target), target / 50) << arm.name;
+      EXPECT_LT(std::abs(got - target), target / 50) << a.name;
     }
   }
 }
