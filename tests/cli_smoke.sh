@@ -307,6 +307,8 @@ expect_fail 2 "block numbers like" -- "$MF" upcycle runs/vit --layers 1,x -o vit
 "$MF" repro unif --quick --config "$SRC/configs/repro/unif.toml" --out repro_unif --set train.threads=1 \
   > repro_unif.txt 2>&1 || { cat repro_unif.txt; fail "repro unif --quick"; }
 grep -q "activates fewer blocks" repro_unif/results.md || fail "repro unif results"
+grep -q "every class but 0 (T-shirt/top), 2 (Pullover), 4 (Coat) and 6 (Shirt)" repro_unif/results.md \
+  || fail "repro unif (ViT): the class shift"
 "$MF" repro unif --quick --config "$SRC/configs/repro/unif-lm.toml" --out repro_unif_lm --set train.threads=1 \
   --set data.dir=data --set data.vocab_size=400 --set data.max_source_bytes=50000 \
   --set data.tokenizer_sample_bytes=30000 --set run.out_dir=runs > repro_unif_lm.txt 2>&1 || {
@@ -332,7 +334,11 @@ expect_ok "stored experts" -- "$MF" usage runs/intb-intb-s0 --windows 2 --out in
 "$MF" repro intb --quick --no-ablations --config "$SRC/configs/repro/intb-vision.toml" --out repro_intb_vit \
   --set train.threads=1 --set run.out_dir=runs > repro_intb_vit.txt 2>&1 || {
   cat repro_intb_vit.txt; fail "repro intb --quick (ViT)"; }
-grep -q "IntBMoE is more accurate than top-2" repro_intb_vit/results.md || fail "repro intb results (ViT)"
+grep -q "IntBMoE beats top-2 MoE (5 FFN-sized experts) (validation accuracy" repro_intb_vit/results.md \
+  || fail "repro intb results (ViT)"
+cp repro_intb_vit/results.md repro_intb_vit_first.md
+expect_ok "rendered" -- "$MF" repro intb --report-only --out repro_intb_vit
+cmp repro_intb_vit/results.md repro_intb_vit_first.md || fail "repro intb --report-only renders other bytes"
 # Hugging Face interop: the reference's tiny Qwen3-MoE in HF layout -> import -> info -> export
 /usr/bin/python3 "$SRC/tests/io/hf_reference.py" --arch qwen3_moe --dtype bf16 --shards 2 --out hf_qwen3 \
   || fail "hf_reference.py (python3-torch)"
