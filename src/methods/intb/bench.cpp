@@ -85,7 +85,7 @@ std::vector<IntBTrainRow> bench_intb_training(const IntBBenchOptions& o) {
   std::vector<IntBTrainRow> rows;
   for (auto arm : intb_arms(base, false)) {
     if (arm.group == "paper" && arm.name != "intb") continue;  // the slots at IntBMoE's parameters
-    arm.hi = std::min<int64_t>(arm.hi, 16 * o.hidden);  // keeps the search's largest slot small
+    arm.hi = std::min<int64_t>(arm.hi, 16 * o.hidden);         // keeps the search's largest slot small
     const auto cfg = arm_config(base, arm, target, slot_parameters);
     auto s = build_layer_slot(cfg, 0);
     s.slot->train();
