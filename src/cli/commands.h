@@ -10,17 +10,17 @@
 namespace mf::cli {
 
 void register_data_commands(CLI::App& app);      // data prepare, doctor
-void register_train_commands(CLI::App& app);     // train, plot, config
-void register_model_commands(CLI::App& app);     // eval, generate, info
+void register_train_commands(CLI::App& app);     // train, plot, config, report
+void register_model_commands(CLI::App& app);     // eval, generate, info, upcycle
 void register_bench_commands(CLI::App& app);     // bench moe, unif, intb, tokenizer, loss
-void add_performance_benches(CLI::App* bench);   // bench train, generate, kernels (cmd_perf.cpp)
+void add_performance_benches(CLI::App* bench);   // bench train, generate, serve, kernels (cmd_perf.cpp)
 void add_comm_bench(CLI::App* bench);            // bench comm (cmd_dist.cpp)
-void register_analysis_commands(CLI::App& app);  // usage, probe
-void register_repro_commands(CLI::App& app);     // repro unipool, repro latent
-void register_latent_commands(CLI::App& app);    // shape, id, jacobian
+void register_analysis_commands(CLI::App& app);  // usage, probe, diagnose, intb-probe, intb-bake
+void register_repro_commands(CLI::App& app);     // repro unipool, latent, unif, umoe, intb
+void register_latent_commands(CLI::App& app);    // shape (cost, square, scale, solve), id, jacobian
 void register_umoe_commands(CLI::App& app);      // saliency, umoe
 void register_layer_commands(CLI::App& app);     // layer names, layer run
-void register_hf_commands(CLI::App& app);        // import, export (Hugging Face)
+void register_hf_commands(CLI::App& app);        // import, export, tokenize (Hugging Face)
 void register_serve_commands(CLI::App& app);     // serve (HTTP)
 void register_dist_commands(CLI::App& app);      // launch (data parallel)
 
