@@ -9,8 +9,8 @@ using namespace mf;
 
 namespace {
 
-struct Params : torch::nn::Module {
-  explicit Params(at::ScalarType dtype) {
+struct OptimParams : torch::nn::Module {
+  explicit OptimParams(at::ScalarType dtype) {
     a = register_parameter("a", torch::randn({37, 5}, dtype));
     b = register_parameter("b", torch::randn({300000}, dtype));       // spans several threads' chunks
     frozen = register_parameter("frozen", torch::randn({4}, dtype));  // never gets a gradient
@@ -21,7 +21,7 @@ struct Params : torch::nn::Module {
 template <class Opt>
 NamedTensors run(at::ScalarType dtype) {
   torch::manual_seed(11);
-  Params m(dtype);
+  OptimParams m(dtype);
   auto opts = [](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd));

@@ -4,13 +4,13 @@
 namespace mf::hf {
 namespace {
 
-void read(const ConfigReader& r, ModelConfig& m) {
+void read_llama(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   m.ffn = "swiglu";
   m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
 }
 
-void write(const ModelConfig& m, nlohmann::json& j) {
+void write_llama(const ModelConfig& m, nlohmann::json& j) {
   if (m.ffn != "swiglu") throw ConfigError("export to llama: the model's FFNs are not dense SwiGLU (model.ffn)");
   if (m.qk_norm != "none") throw ConfigError("export to llama: LLaMA has no q/k norm (model.qk_norm)");
   if (m.qkv_bias != m.o_bias) throw ConfigError("export to llama: attention_bias covers q, k, v and o together");
@@ -21,7 +21,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
 }  // namespace
 
 const Arch& llama_arch() {
-  static const Arch a{"llama", "LlamaForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", false, read, write};
+  static const Arch a{"llama", "LlamaForCausalLM", "mlp",      "gate_proj", "up_proj", "down_proj",
+                      false,   read_llama,         write_llama};
   return a;
 }
 

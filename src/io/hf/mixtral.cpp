@@ -5,7 +5,7 @@
 namespace mf::hf {
 namespace {
 
-void read(const ConfigReader& r, ModelConfig& m) {
+void read_mixtral(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m, {1e6, 1e-5});  // transformers' mixtral defaults
   r.require("attention_bias", false, "Mixtral attention has no biases");
   read_moe(r, m, "num_local_experts", "intermediate_size");
@@ -13,7 +13,7 @@ void read(const ConfigReader& r, ModelConfig& m) {
   m.moe.renormalize = true;  // always, whatever norm_topk_prob says
 }
 
-void write(const ModelConfig& m, nlohmann::json& j) {
+void write_mixtral(const ModelConfig& m, nlohmann::json& j) {
   check_moe_exportable(m, "mixtral");
   if (num_moe_layers(m) != m.n_layers)
     throw ConfigError("export to mixtral: every block must be MoE (model.moe.layers)");
@@ -32,7 +32,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
 }  // namespace
 
 const Arch& mixtral_arch() {
-  static const Arch a{"mixtral", "MixtralForCausalLM", "block_sparse_moe", "w1", "w3", "w2", true, read, write};
+  static const Arch a{"mixtral", "MixtralForCausalLM", "block_sparse_moe", "w1", "w3", "w2",
+                      true,      read_mixtral,         write_mixtral};
   return a;
 }
 

@@ -7,7 +7,7 @@
 namespace mf::hf {
 namespace {
 
-void read(const ConfigReader& r, ModelConfig& m) {
+void read_olmoe(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m, {10000.0, 1e-5});  // transformers' olmoe defaults
   r.require("clip_qkv", nullptr, "clamping q, k and v");
   if (m.head_dim != 0) r.fail("head_dim", "must equal hidden_size / num_attention_heads for OLMoE");
@@ -17,7 +17,7 @@ void read(const ConfigReader& r, ModelConfig& m) {
   m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
 }
 
-void write(const ModelConfig& m, nlohmann::json& j) {
+void write_olmoe(const ModelConfig& m, nlohmann::json& j) {
   check_moe_exportable(m, "olmoe");
   if (m.qk_norm != "full")
     throw ConfigError("export to olmoe: OLMoE normalises the whole q and k (model.qk_norm = full)");
@@ -36,7 +36,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
 }  // namespace
 
 const Arch& olmoe_arch() {
-  static const Arch a{"olmoe", "OlmoeForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", true, read, write};
+  static const Arch a{"olmoe", "OlmoeForCausalLM", "mlp",      "gate_proj", "up_proj", "down_proj",
+                      true,    read_olmoe,         write_olmoe};
   return a;
 }
 

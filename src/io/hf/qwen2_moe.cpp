@@ -7,7 +7,7 @@
 namespace mf::hf {
 namespace {
 
-void read(const ConfigReader& r, ModelConfig& m) {
+void read_qwen2_moe(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   read_moe(r, m, "num_experts", "moe_intermediate_size");
   m.moe.shared_hidden = r.integer_in("shared_expert_intermediate_size", 0, 1 << 20);
@@ -18,7 +18,7 @@ void read(const ConfigReader& r, ModelConfig& m) {
   read_sparse_layers(r, m);
 }
 
-void write(const ModelConfig& m, nlohmann::json& j) {
+void write_qwen2_moe(const ModelConfig& m, nlohmann::json& j) {
   check_moe_exportable(m, "qwen2_moe");
   if (!m.moe.shared_gate || (m.moe.shared_hidden == 0 && m.moe.n_shared == 0))
     throw ConfigError("export to qwen2_moe: Qwen2-MoE needs a gated shared expert (model.moe.shared_gate)");
@@ -36,8 +36,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
 }  // namespace
 
 const Arch& qwen2_moe_arch() {
-  static const Arch a{"qwen2_moe", "Qwen2MoeForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", true, read,
-                      write};
+  static const Arch a{"qwen2_moe", "Qwen2MoeForCausalLM", "mlp",          "gate_proj", "up_proj", "down_proj",
+                      true,        read_qwen2_moe,        write_qwen2_moe};
   return a;
 }
 

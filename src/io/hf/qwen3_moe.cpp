@@ -6,7 +6,7 @@
 namespace mf::hf {
 namespace {
 
-void read(const ConfigReader& r, ModelConfig& m) {
+void read_qwen3_moe(const ConfigReader& r, ModelConfig& m) {
   read_common(r, m);
   read_moe(r, m, "num_experts", "moe_intermediate_size");
   m.qk_norm = "head";
@@ -14,7 +14,7 @@ void read(const ConfigReader& r, ModelConfig& m) {
   read_sparse_layers(r, m);
 }
 
-void write(const ModelConfig& m, nlohmann::json& j) {
+void write_qwen3_moe(const ModelConfig& m, nlohmann::json& j) {
   check_moe_exportable(m, "qwen3_moe");
   if (m.qk_norm != "head")
     throw ConfigError("export to qwen3_moe: Qwen3-MoE normalises each q and k head (model.qk_norm = head)");
@@ -31,8 +31,8 @@ void write(const ModelConfig& m, nlohmann::json& j) {
 }  // namespace
 
 const Arch& qwen3_moe_arch() {
-  static const Arch a{"qwen3_moe", "Qwen3MoeForCausalLM", "mlp", "gate_proj", "up_proj", "down_proj", true, read,
-                      write};
+  static const Arch a{"qwen3_moe", "Qwen3MoeForCausalLM", "mlp",          "gate_proj", "up_proj", "down_proj",
+                      true,        read_qwen3_moe,        write_qwen3_moe};
   return a;
 }
 

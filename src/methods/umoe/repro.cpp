@@ -25,14 +25,14 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-struct Arm {
+struct SftArm {
   std::string name, label;
   bool surgery = false, one_sided = false;
 };
-const std::vector<Arm>& arms() {
-  static const std::vector<Arm> a = {{"direct", "Direct SFT", false, false},
-                                     {"umoe", "UMoE (symmetric perturbation)", true, false},
-                                     {"one_sided", "UMoE, one-sided perturbation", true, true}};
+const std::vector<SftArm>& arms() {
+  static const std::vector<SftArm> a = {{"direct", "Direct SFT", false, false},
+                                        {"umoe", "UMoE (symmetric perturbation)", true, false},
+                                        {"one_sided", "UMoE, one-sided perturbation", true, true}};
   return a;
 }
 // where the held-out losses are read, as fractions of the fine-tune (300 / 600 / 1,000 / 1,500 of 1,500)
@@ -106,7 +106,7 @@ nlohmann::json posthoc(const std::string& dir, const CalibrationSource& calib, c
 }
 
 // The directions, chosen before running (the primary: UMoE's target loss below Direct SFT's).
-void add_directions(nlohmann::json& r) {
+void add_umoe_directions(nlohmann::json& r) {
   auto v = [&](const std::string& arm, const std::string& key) {
     return r["arms"][arm][key].get<std::vector<double>>();
   };
@@ -220,7 +220,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   const CalibrationSource calib{"domain:" + opt.domain, samples, 0, base.data.dir};
   const auto work = fs::path(base.run.out_dir);
   // every fine-tune's config and initial weights (made by the part that trains it), seed-major
-  auto finetune_config = [&](const Arm& arm, int64_t s) {
+  auto finetune_config = [&](const SftArm& arm, int64_t s) {
     Config cfg = checkpoint_config(pretrained);
     weight_domains(cfg, opt.domain, true);
     apply_finetune(cfg, finetune, opt.finetune_lr, s, fmt::format("umoe-{}-s{}", arm.name, s));
@@ -228,7 +228,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
     validate(cfg);
     return cfg;
   };
-  auto init_of = [&](const Arm& arm, const Config& cfg, int64_t s) {
+  auto init_of = [&](const SftArm& arm, const Config& cfg, int64_t s) {
     if (!arm.surgery) return pretrained;
     const auto init = (work / "umoe-init" / cfg.run.name).string();
     if (trains_here(cfg) && !fs::exists(init + "/model.safetensors")) {
@@ -265,7 +265,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   js["points"] = nlohmann::json::array();
   for (double p : kPoints) js["points"].push_back(std::lround(p * static_cast<double>(finetune)));
   record_runs(js, runs);
-  add_directions_with_early(js, add_directions);
+  add_directions_with_early(js, add_umoe_directions);
   return js;
 }
 

@@ -57,7 +57,7 @@ std::string specialisation_section(const nlohmann::json& js) {
   return md + fmt::format("| mean | {:.4f} |\n\n", jsd.empty() ? 0.0 : sum / static_cast<double>(jsd.size()));
 }
 
-std::string arms_table(const nlohmann::json& js, const std::string& domain) {
+std::string umoe_arms_table(const nlohmann::json& js, const std::string& domain) {
   std::string md = fmt::format(
       "| arm | {0} val loss | other domains' val loss | first train loss | final train loss | low-saliency half's "
       "routed share | {0} val loss with that half pruned |\n|---|---|---|---|---|---|---|\n",
@@ -88,7 +88,7 @@ std::string points_table(const nlohmann::json& js, const std::string& domain) {
   return md + "\n";
 }
 
-void write_pictures(const nlohmann::json& js, const std::string& out) {
+void write_umoe_pictures(const nlohmann::json& js, const std::string& out) {
   const auto domain = js["setup"]["domain"].get<std::string>();
   std::vector<Series> curves;
   for (const auto& name : kArms) {
@@ -114,7 +114,7 @@ void write_pictures(const nlohmann::json& js, const std::string& out) {
 }  // namespace
 
 std::string render_umoe_results(const nlohmann::json& js, const std::string& out_dir) {
-  write_pictures(js, out_dir);
+  write_umoe_pictures(js, out_dir);
   const auto& s = js["setup"];
   const auto domain = s["domain"].get<std::string>();
   std::string md = fmt::format(
@@ -132,7 +132,7 @@ std::string render_umoe_results(const nlohmann::json& js, const std::string& out
       s["finetune_lr"].get<double>(), s["calib_samples"].get<int64_t>(), 100 * s["prune"].get<double>(),
       s["sigma"].get<double>(), s["seeds"].get<int64_t>(), s["windows"].get<int64_t>(), s["threads"].get<int64_t>());
   md += lr_sweep_section(js) + specialisation_section(js) + "## The fine-tunes (at the end)\n\n" +
-        arms_table(js, domain) + points_table(js, domain) + directions_section(js);
+        umoe_arms_table(js, domain) + points_table(js, domain) + directions_section(js);
   md += fmt::format(
       "\nForgetting (other domains' val loss at the end, UMoE - direct, paired, 95 % CI): {} (no direction "
       "claimed).\n\nPaper (Qwen3-30B-A3B): ~42 % of Direct SFT's routed compute goes to low-saliency experts; pruning "
