@@ -11,6 +11,7 @@
 #include "analysis/svg_plot.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "model/method_info.h"
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
@@ -31,33 +32,35 @@ bool ends_with(const std::string& s, const std::string& tail) {
 struct Method {
   std::string name, panel, note, units = "experts per token";
   bool pooled = false;
+  std::vector<std::string> facts;  // the method's config keys
 };
 
-Method method_of(const toml::table& cfg) {
-  const auto at = [&](const char* path) { return cfg.at_path(path); };
-  const std::string ffn = at("model.ffn").value_or(std::string("swiglu"));
-  Method m;
-  if (ffn == "swiglu" || ffn == "gelu") return {"dense " + ffn, "", "", ""};
-  m.name = ffn == "moe" ? "top-k MoE" : ffn;
-  m.panel = "Routing";
-  if (at("model.moe.unipool.groups").value_or(int64_t{0}) > 0) {
-    m = {"UniPool", "UniPool pool routing", "Every MoE block of a group routes into one shared pool of experts."};
-    m.pooled = true;
-  } else if (!at("model.moe.latent.shapes").value_or(std::string()).empty()) {
-    m = {"LatentMoE", "LatentMoE routing",
-         "Experts work in latent shapes (model.moe.latent.shapes = " +
-             at("model.moe.latent.shapes").value_or(std::string()) + ")."};
-  } else if (ffn == "unif" || at("model.moe.unif.blocks").value_or(int64_t{0}) > 0) {
-    m = {"UniF-MoE", "UniF-MoE activated blocks",
-         "C_B = b + k (B - b) expert blocks per token (top-k activates k B); b: shared blocks, k: residual experts.",
-         "activated blocks C_B per token"};
-  } else if (ffn == "intb") {
-    m = {"IntBMoE", "IntBMoE routing", "Experts are composed from shared blocks by a recipe per expert."};
-  } else if (ffn == "umoe") {
-    m = {"UMoE", "UMoE routing", "Attention and FFN share one pool of experts."};
+// The methods the run's config enables (registered by each method: model/method_info.h); the
+// first pooled one gives the routing panel. A config this version cannot load is named by its
+// model.ffn alone, with the reason.
+Method method_of(const std::string& text, const std::string& source) {
+  Config c;
+  try {
+    apply_toml_text(c, text, source);
+  } catch (const ConfigError& e) {
+    return {"model.ffn = " + c.model.ffn, "Routing", std::string("not read: ") + e.what()};
   }
-  if (m.units.empty()) m.units = "experts per token";
-  return m;
+  if (c.model.ffn == "swiglu" || c.model.ffn == "gelu") return {"dense " + c.model.ffn, "", "", ""};
+  const auto on = methods_enabled(c);
+  if (on.empty()) return {c.model.ffn == "moe" ? "top-k MoE" : c.model.ffn, "Routing", ""};
+  const auto* lead = on.front();
+  for (auto* m : on)
+    if (m->pooled) {
+      lead = m;
+      break;
+    }
+  Method out{"", lead->panel, "", lead->units, lead->pooled};
+  for (auto* m : on) {
+    out.name += (out.name.empty() ? "" : " + ") + m->name;
+    out.note += (out.note.empty() ? "" : " ") + m->note;
+    out.facts.insert(out.facts.end(), m->facts.begin(), m->facts.end());
+  }
+  return out;
 }
 
 nlohmann::json facts_of(const toml::table& cfg, const nlohmann::json& env, const Method& method) {
@@ -80,11 +83,10 @@ nlohmann::json facts_of(const toml::table& cfg, const nlohmann::json& env, const
   if (cfg.at_path("model.task").value_or(std::string("lm")) == "classify")
     for (auto key : {"model.image_size", "model.patch_size", "model.pool"}) put(key);
   if (method.name.rfind("dense", 0) != 0)
-    for (auto key :
-         {"model.moe.layers", "model.moe.num_experts", "model.moe.top_k", "model.moe.expert_hidden", "model.moe.router",
-          "model.moe.n_shared", "model.moe.aux_loss_coef", "model.moe.bias_update", "model.moe.unipool.groups",
-          "model.moe.unipool.pool_size", "model.moe.latent.shapes", "model.moe.unif.blocks"})
+    for (auto key : {"model.moe.layers", "model.moe.num_experts", "model.moe.top_k", "model.moe.expert_hidden",
+                     "model.moe.router", "model.moe.n_shared", "model.moe.aux_loss_coef", "model.moe.bias_update"})
       put(key);
+  for (auto& key : method.facts) put(key);
   for (auto key : {"train.steps", "train.batch_size", "train.seq_len", "train.grad_accum", "train.lr",
                    "train.weight_decay", "train.seed", "train.threads"})
     put(key);
@@ -203,7 +205,7 @@ nlohmann::json collect_report_run(const std::string& run_dir, int64_t max_points
   };
   const auto env = read_json("environment.json");
   const auto summary = read_json("summary.json");
-  const auto method = method_of(cfg);
+  const auto method = method_of(r["config"].get<std::string>(), (run / "config.toml").string());
   r["name"] = cfg.at_path("run.name").value_or(run.filename().string());
   r["method"] = method.name;
   r["method_panel"] = method.panel;

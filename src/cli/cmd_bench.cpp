@@ -128,43 +128,9 @@ void register_bench_commands(CLI::App& app) {
   unif->add_option("--json", unif_json, "also write the results as JSON");
   unif->callback([] {
     set_compute_threads(threads);
-    auto rows = bench_unif(uo);
-    std::cout << fmt::format("{:>6} {:<6} {:>11} {:>11} {:>11} {:>10} {:>10} {:>13}\n", "scale", "layer", "mean C_B",
-                             "infer ms", "train ms", "best/best", "vs top-2", "C_B / top-2");
-    nlohmann::json out = nlohmann::json::array();
-    std::string verdicts;  // the target: UniF's time vs top-2 within 15 % of its block ratio C_B / (2B)
-    for (const auto& r : rows) {
-      const auto& top2 = *std::find_if(rows.begin(), rows.end(),
-                                       [&](auto& o) { return o.layer == "top-2" && o.input_scale == r.input_scale; });
-      const double best = r.infer_seconds / top2.infer_seconds, time = median_round_ratio(r, top2),
-                   blocks = r.mean_blocks / top2.mean_blocks;
-      std::cout << fmt::format("{:>6.1f} {:<6} {:>11.2f} {:>11.1f} {:>11.1f} {:>9.2f}x {:>9.2f}x {:>12.2f}x\n",
-                               r.input_scale, r.layer, r.mean_blocks, 1e3 * r.infer_seconds, 1e3 * r.train_seconds,
-                               best, time, blocks);
-      out.push_back({{"layer", r.layer},
-                     {"input_scale", r.input_scale},
-                     {"mean_blocks", r.mean_blocks},
-                     {"infer_seconds", r.infer_seconds},
-                     {"train_seconds", r.train_seconds},
-                     {"infer_rounds_seconds", r.infer_rounds},
-                     {"infer_best_vs_top2", best},
-                     {"infer_vs_top2", time},
-                     {"train_vs_top2", r.train_seconds / top2.train_seconds},
-                     {"blocks_vs_top2", blocks}});
-      const double off = time / blocks - 1;
-      if (r.layer == "unif")
-        verdicts += fmt::format(
-            "scale {:.1f}: UniF-MoE's time ratio to top-2 is {:.0f} % {} its block ratio C_B / (2B) (target: within "
-            "15 %; {})\n",
-            r.input_scale, 100 * std::abs(off), off >= 0 ? "above" : "below",
-            std::abs(off) <= 0.15 ? "met" : "not met");
-    }
-    std::cout << verdicts;
-    std::cout << fmt::format(
-        "T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; {} rounds, layers in turns: times are the best round, "
-        "\"vs top-2\" the median over rounds of the time over top-2's in the same round\n",
-        uo.tokens, uo.d_model, uo.hidden, uo.experts, uo.blocks, threads, uo.iters);
-    if (!unif_json.empty()) write_file_atomic(unif_json, out.dump(2) + "\n");
+    const auto report = unif_bench_report(bench_unif(uo), uo, threads);
+    std::cout << report.text;
+    if (!unif_json.empty()) write_file_atomic(unif_json, report.json.dump(2) + "\n");
   });
 
   auto* intb = bench->add_subcommand(

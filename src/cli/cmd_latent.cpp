@@ -127,19 +127,11 @@ void register_latent_commands(CLI::App& app) {
                                           p.id.size() - 1));
     if (split > 0 && !narrow.empty() && !wide.empty() && !layer.empty()) {
       auto ref = parse_one(layer, "--ref");
-      auto sn = solve_constant_cost(l.cfg.model.d_model, ref, std::stoll(narrow), multiple);
-      auto sw = solve_constant_cost(l.cfg.model.d_model, ref, std::stoll(wide), multiple);
-      std::vector<MoELayerShape> shapes;
-      for (int64_t b = 0; b < l.cfg.model.n_layers; ++b)
-        if (is_moe_layer(l.cfg.model, b)) shapes.push_back(b < split ? sn.rounded : sw.rounded);
-      Config cfg = l.cfg;
-      auto& latent = cfg.model.moe.section<LatentConfig>().shapes;
-      latent = format_latent_shapes(shapes);
-      write_file_atomic(prefix + "_allocation.toml", to_toml(cfg));
+      const auto t = two_segment(l.cfg, split, ref, std::stoll(narrow), std::stoll(wide), multiple);
+      write_file_atomic(prefix + "_allocation.toml", to_toml(t.config));
       j["allocation"] = {
-          {"latent", latent}, {"narrow_deviation", sn.deviations()}, {"wide_deviation", sw.deviations()}};
-      std::cout << fmt::format("model.moe.latent.shapes = \"{}\"\n  narrow: {}\n  wide:   {}\nwrote {}\n", latent,
-                               sn.deviations(), sw.deviations(), prefix + "_allocation.toml");
+          {"latent", t.shapes()}, {"narrow_deviation", t.narrow.deviations()}, {"wide_deviation", t.wide.deviations()}};
+      std::cout << t.summary() << "wrote " << prefix << "_allocation.toml\n";
     }
     write_file_atomic(prefix + ".json", j.dump(2) + "\n");
     std::cout << "wrote " << prefix << ".json, " << prefix << ".svg\n";

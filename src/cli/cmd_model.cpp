@@ -21,8 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/hf/hf_dir.h"
 #include "io/upcycle.h"
-#include "methods/intb/intb.h"
-#include "methods/unif/unif.h"
+#include "model/method_info.h"
 #include "model/moe_ffn.h"
 #include "serve/generate.h"
 #include "train/evaluable.h"
@@ -279,31 +278,8 @@ void register_model_commands(CLI::App& app) {
           {"expert_parameters_vanilla", c.expert_vanilla},
           {"expert_budget_fraction", c.expert_vanilla ? double(c.expert_stored) / double(c.expert_vanilla) : 0.0}};
     }
-    if (const auto B = m.moe.section<UniFConfig>().blocks; B > 0) {
-      const auto& bank = *moe_layers(ffns).front()->experts;
-      const int64_t K = bank.num_units() - 1;
-      const auto unit = unif_unit_cost(bank, B);
-      auto cost = [&](int64_t active_blocks) {
-        return nlohmann::json{{"blocks", active_blocks},
-                              {"expert_parameters", active_blocks * unit.params},
-                              {"expert_flops", active_blocks * unit.flops}};
-      };
-      j["unif"] = {{"blocks_per_expert", B},
-                   {"residual_experts", K},
-                   {"parameters_per_block", unit.params},
-                   {"flops_per_block", unit.flops},
-                   {"per_token_least", cost(B)},
-                   {"per_token_most", cost(1 + K * (B - 1))},
-                   {"top2_equivalent", cost(2 * B)},
-                   {"measured",
-                    "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
-                    "active_blocks per layer"}};
-    }
-    if (m.ffn == "intb") {
-      const int64_t per_sample =
-          classifier ? (m.image_size / m.patch_size) * (m.image_size / m.patch_size) + 1 : cfg.train.seq_len;
-      j["intb"] = intb_accounting(ffns, cfg.train.batch_size * per_sample);
-    }
+    for (const auto* method : methods_enabled(cfg))
+      if (method->accounting) j[method->key] = method->accounting(cfg, ffns);
     if (as_json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -323,9 +299,10 @@ void register_model_commands(CLI::App& app) {
   up->add_option("checkpoint", up_in, "dense checkpoint, or a run directory (its latest)")->required();
   up->add_option("-o,--out", up_out, "output checkpoint directory")->required();
   up->add_option("--layers", up_layers, "blocks to convert, comma-separated (0-based), e.g. 1,3")->required();
-  up->add_option("--method", uo.method, "topk (softmax top-k), topp (cumulative mass) or unif (UniF-MoE)")
+  up->add_option("--method", uo.method,
+                 "topk (softmax top-k), topp (cumulative mass) or a method's preset (unif: UniF-MoE)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"topk", "topp", "unif"}));
+      ->check(CLI::IsMember(upcycle_methods()));
   up->add_option("--experts", uo.experts, "routed experts K per block (unif: residual experts, plus the shared one)")
       ->capture_default_str();
   up->add_option("--top-k", uo.top_k, "topk: experts per token")->capture_default_str();

@@ -317,6 +317,4 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
-Metadata read_safetensors_metadata(const std::string& path) { return SafetensorsFile(path).metadata(); }
-
 }  // namespace mf

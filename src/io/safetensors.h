@@ -66,7 +66,6 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 // no holes) and throws FormatError naming the file and the problem.
 SafetensorsData parse_safetensors(const std::string& bytes, const std::string& source);
 SafetensorsData load_safetensors(const std::string& path);
-Metadata read_safetensors_metadata(const std::string& path);  // reads the header only
 
 // What the JSON header says: each tensor's dtype, shape and byte range in the data section.
 struct SafetensorsHeader {

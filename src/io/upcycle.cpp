@@ -49,7 +49,28 @@ std::map<std::string, at::Tensor> dense_as_expert(const SafetensorsData& st, con
           {"down_proj", get("down_proj.weight")}};
 }
 
+std::map<std::string, UpcyclePreset>& presets() {
+  static std::map<std::string, UpcyclePreset> p = {
+      {"topk",
+       [](const UpcycleOptions& o) {
+         return std::vector<std::string>{"model.moe.router=softmax_topk", fmt::format("model.moe.top_k={}", o.top_k)};
+       }},
+      {"topp", [](const UpcycleOptions& o) {
+         return std::vector<std::string>{"model.moe.router=top_p", fmt::format("model.moe.top_p={}", o.top_p),
+                                         fmt::format("model.moe.top_k={}", std::min<int64_t>(2, o.experts))};
+       }}};
+  return p;
+}
+
 }  // namespace
+
+void register_upcycle_method(const std::string& name, UpcyclePreset preset) { presets()[name] = std::move(preset); }
+
+std::vector<std::string> upcycle_methods() {
+  std::vector<std::string> names;
+  for (auto& [name, preset] : presets()) names.push_back(name);
+  return names;
+}
 
 std::vector<int64_t> parse_block_list(const std::string& text, const std::string& option) {
   if (text.empty()) return {};
@@ -82,17 +103,12 @@ Config upcycled_config(const Config& dense, const UpcycleOptions& opt) {
                                    fmt::format("model.moe.num_experts={}", opt.experts),
                                    "model.moe.n_shared=0",
                                    fmt::format("run.name={}-{}", dense.run.name, opt.method)};
-  if (opt.method == "topk") {
-    sets.insert(sets.end(), {"model.moe.router=softmax_topk", fmt::format("model.moe.top_k={}", opt.top_k)});
-  } else if (opt.method == "topp") {
-    sets.insert(sets.end(), {"model.moe.router=top_p", fmt::format("model.moe.top_p={}", opt.top_p),
-                             fmt::format("model.moe.top_k={}", std::min<int64_t>(2, opt.experts))});
-  } else if (opt.method == "unif") {
-    sets.insert(sets.end(), {fmt::format("model.moe.unif.blocks={}", opt.blocks), "model.moe.aux_loss_coef=0",
-                             "model.moe.z_loss_coef=0", "model.moe.top_k=1"});
-  } else {
-    throw ConfigError(fmt::format("upcycle --method \"{}\": choose topk, topp or unif", opt.method));
-  }
+  const auto preset = presets().find(opt.method);
+  if (preset == presets().end())
+    throw ConfigError(
+        fmt::format("upcycle --method \"{}\": choose one of {}", opt.method, fmt::join(upcycle_methods(), ", ")));
+  const auto own = preset->second(opt);
+  sets.insert(sets.end(), own.begin(), own.end());
   sets.insert(sets.end(), opt.sets.begin(), opt.sets.end());
   for (auto& s : sets) apply_override(c, s);
   validate(c);

@@ -95,7 +95,6 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
   int64_t routing_layer() const override { return layer; }
   int64_t routed_units() const override { return experts->num_units(); }
   int64_t routing_group() const override { return bank_group; }
-  const at::Tensor& last_load() const { return last_.load_E; }  // [E] int64, on the device
   const MoELayerShape& shape() const { return shape_; }
   bool dispatches_whole_experts() const;  // every extension does (MoEExtension::dispatches_whole_experts)
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work

@@ -173,22 +173,62 @@ struct Trainer {
     return resume;
   }
 
+  // ---- the run, in phases ----
+  DataParallel* par = opt.parallel;
+  bool lead = !par || par->rank() == 0;  // rank 0 owns the run directory, metrics and checkpoints
+  bool together = false;                 // sharded experts: every forward is a collective, all ranks evaluate
+  int64_t start_step = 0, end_step = 0, items_per_step = 0, state_bytes = 0;
+  ParamCounts counts;  // of the whole model, before any sharding
+  std::vector<at::Tensor> replicated;
+  std::vector<std::shared_ptr<MoEFeedForward>> moe;
+  std::vector<ReportsRouting*> routing;
+  std::vector<at::Tensor> rank_state;  // buffers averaged over ranks after each round of micro-batches
+  std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<StepProfiler> profiler;
+  std::unique_ptr<GradOverlap> overlap;  // gradient sums started during each step's last backward
+  Evaluation val;
+  double loss_ema = 0, last_loss = 0, window_time = 0;
+  int64_t skipped = 0, window_items = 0;  // skipped: steps without an update (non-finite loss or gradient)
+  std::chrono::steady_clock::time_point t0;
+
+  struct Step {
+    double lr = 0, grad_norm = 0;
+  };
+
   TrainResult run() {
-    {
-      const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-      if (cfg.train.threads > cores)
-        spdlog::warn("train.threads = {} exceeds this machine's {} cores; using {}", cfg.train.threads, cores, cores);
-      set_compute_threads(static_cast<int>(worker_threads(cfg.train.threads)));
+    const int64_t keep_metrics = start();
+    const std::string parallel = distribute();
+    open_run(keep_metrics, parallel);
+    Progress bar("train", cfg.train.steps);
+    prepare_loop();
+    while (step < end_step) {
+      const auto ts = std::chrono::steady_clock::now();
+      const Step s = train_step();
+      loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
+      window_time += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      window_items += items_per_step;
+      if (step % cfg.train.log_every == 0 || step == end_step) log(s);
+      if (lead) bar.update(step, fmt::format("loss {:.3f}", loss_ema));
+      const bool last = step == cfg.train.steps;
+      if ((lead || together) && ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last)) evaluate();
+      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val, *metrics);
     }
+    if (lead) bar.finish(fmt::format("loss {:.3f}", loss_ema));
+    return finish();
+  }
+
+  // Threads, weights and optimizer; rank 0 prepares the run directory; then the resumed or
+  // initial weights, the same on every rank. Returns the step the metrics log keeps (-1: all).
+  int64_t start() {
+    const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    if (cfg.train.threads > cores)
+      spdlog::warn("train.threads = {} exceeds this machine's {} cores; using {}", cfg.train.threads, cores, cores);
+    set_compute_threads(static_cast<int>(worker_threads(cfg.train.threads)));
     auto& model = task->module();
     task->init_weights(static_cast<uint64_t>(cfg.train.seed));
     optimizer = make_optimizer(model, cfg.train);
-
     int64_t keep_metrics = -1;
-    DataParallel* par = opt.parallel;
-    const bool lead = !par || par->rank() == 0;  // rank 0 owns the run directory, metrics and checkpoints
-    bool resumed = false;
-    if (lead) resumed = prepare_run_dir();
+    bool resumed = lead && prepare_run_dir();
     if (par) {  // the others load what rank 0 decided, once its directory work is done
       std::vector<at::Tensor> flag = {torch::tensor({resumed ? 1 : 0}, torch::kLong)};
       par->broadcast(flag);
@@ -219,7 +259,13 @@ struct Trainer {
       for (auto& [name, t] : model_tensors(model)) values.push_back(t);
       par->broadcast(values);
     }
-    auto counts = task->param_counts();  // of the whole model, before any sharding
+    return keep_metrics;
+  }
+
+  // What opt.distribute does to the model (expert parallelism); returns environment.json's "parallel".
+  std::string distribute() {
+    auto& model = task->module();
+    counts = task->param_counts();
     std::string parallel = par ? fmt::format("data parallel over {} ranks", par->world()) : "one process";
     if (opt.distribute) {
       dist = opt.distribute(task->feed_forwards());
@@ -229,147 +275,154 @@ struct Trainer {
         if (is_among(p.value(), dist.sharded))
           for (const char* suffix : {"", ".exp_avg", ".exp_avg_sq"}) sharded_names.insert(p.key() + suffix);
     }
-    const auto replicated = without(model.parameters(), dist.sharded);
-    int64_t state_bytes = 0;  // this rank's weights, gradients and two AdamW moments
+    replicated = without(model.parameters(), dist.sharded);
     for (auto& p : model.parameters()) state_bytes += 4 * p.numel() * static_cast<int64_t>(p.element_size());
-    // with sharded experts every forward through them is a collective: all ranks evaluate and sample
-    const bool together = !dist.sharded.empty();
+    together = !dist.sharded.empty();
+    return parallel;
+  }
+
+  // config.toml, metrics.jsonl and environment.json (rank 0), and the model line.
+  void open_run(int64_t keep_metrics, const std::string& parallel) {
     if (lead) {
       fs::create_directories(run_dir / "checkpoints");
       write_file_atomic((run_dir / "config.toml").string(), to_toml(cfg));
     }
-    MetricsLog metrics(lead ? (run_dir / "metrics.jsonl").string() : "", keep_metrics);
-
+    metrics = std::make_unique<MetricsLog>(lead ? (run_dir / "metrics.jsonl").string() : "", keep_metrics);
     if (lead) {
       auto env = environment_json(cfg, counts);
       env["parallel"] = parallel;
       write_file_atomic((run_dir / "environment.json").string(), env.dump(2) + "\n");
     }
-    const auto moe = moe_layers(task->feed_forwards());
-    auto rank_state = collect_rank_state(model);
-    const auto routing = routing_slots(task->feed_forwards());
+    moe = moe_layers(task->feed_forwards());
+    rank_state = collect_rank_state(task->module());
+    routing = routing_slots(task->feed_forwards());
     spdlog::info(
         "model: {:.2f}M parameters ({:.2f}M without embeddings, {:.2f}M active per token, {} MoE layers), "
         "{} threads; {:.1f} MB of weights, gradients and AdamW moments on this rank",
         counts.total / 1e6, counts.non_embedding / 1e6, counts.active / 1e6, moe.size(), at::get_num_threads(),
         static_cast<double>(state_bytes) / 1e6);
-    const auto evaluate = [&] { return task->evaluate("val"); };
-    const std::string items = task->item_name();
+  }
 
-    const int64_t items_per_step = task->items_per_micro_batch() * cfg.train.grad_accum;
-    const int64_t start_step = step;
-    const int64_t end_step = opt.stop_after >= 0 ? std::min(cfg.train.steps, step + opt.stop_after) : cfg.train.steps;
-    Progress bar("train", cfg.train.steps);
-    Evaluation val;
-    double loss_ema = 0, last_loss = 0, window_time = 0;
-    int64_t skipped = 0;  // steps without an update (non-finite loss or gradient)
-    int64_t window_items = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<StepProfiler> profiler;
+  void prepare_loop() {
+    items_per_step = task->items_per_micro_batch() * cfg.train.grad_accum;
+    start_step = step;
+    end_step = opt.stop_after >= 0 ? std::min(cfg.train.steps, step + opt.stop_after) : cfg.train.steps;
+    t0 = std::chrono::steady_clock::now();
     if (opt.profile_steps > 0 && lead) {  // rank 0's steps; ranks writing one file would garble it
       const int64_t warmup = std::clamp<int64_t>(end_step - start_step - opt.profile_steps, 0, 5);
       profiler =
           std::make_unique<StepProfiler>(start_step + warmup, opt.profile_steps, (run_dir / "profile.json").string(),
                                          (run_dir / "profile.txt").string());
     }
-    std::unique_ptr<GradOverlap> overlap;  // gradient sums started during each step's last backward
     if (par && par->world() > 1 && cfg.train.overlap_grad_sum) {
       overlap = std::make_unique<GradOverlap>(*par, replicated);
       if (lead)
         spdlog::info("gradient sums start during the backward: {} buckets of at most {} MB", overlap->buckets(),
                      GradOverlap::kBucketBytes >> 20);
     }
-    model.train();
+    task->module().train();
     reset_peak_rss();  // the peak of the steps, not of building (and cutting) the model
-    while (step < end_step) {
-      if (profiler) profiler->before_step(step);
-      auto ts = std::chrono::steady_clock::now();
-      const double lr = lr_at(cfg.train, step);
-      set_lr(*optimizer, lr);
-      optimizer->zero_grad();
-      double loss_sum = 0;
-      for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
-        if (par && m % par->world() != par->rank()) continue;                     // another rank's micro-batch
-        if (overlap && m + par->world() >= cfg.train.grad_accum) overlap->arm();  // this rank's last
-        AuxLosses aux;
-        auto loss = task->train_loss(step, m, aux);
-        loss_sum += loss.item<double>();
-        if (auto a = aux.total(); a.defined()) loss = loss + a;
-        (loss / static_cast<double>(cfg.train.grad_accum)).backward();
-        if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
-      }
-      if (par) loss_sum = sum_over_ranks(*par, replicated, moe, loss_sum, overlap.get());
-      for (auto& p : dist.sharded)  // as one process, where the whole bank has a gradient
-        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
-      const double grad_norm = together ? clip_grad_norm(*par, replicated, dist.sharded, max_norm)
-                                        : torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
-      ++step;
-      last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
-      // No pass over the weights on a healthy step: a weight that went non-finite in the last
-      // update shows in this loss, and save() checks weights and moments before every write.
-      if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
-        const auto params = model_tensors(model);
-        if (auto weight = first_nonfinite(params); !weight.empty())  // not skippable: the weights are lost
-          diverged(metrics, "a weight went non-finite in the optimizer step", weight, false, step - 1);
-        auto bad = first_nonfinite(gradients(params));
-        const auto what = fmt::format("non-finite {} (loss {:.4g}, gradient norm {:.4g})",
-                                      std::isfinite(last_loss) ? "gradient" : "loss", last_loss, grad_norm);
-        if (++skipped > cfg.train.skip_nonfinite) diverged(metrics, what, bad.empty() ? "the loss" : bad, true);
-        spdlog::warn("step {}: {}; skipped without an update ({} of train.skip_nonfinite = {})", step, what, skipped,
-                     cfg.train.skip_nonfinite);
-      } else {
-        optimizer->step();
-        for (auto& m : moe) m->after_optimizer_step();
-      }
-      if (profiler) profiler->after_step(step);
-      loss_ema = step == start_step + 1 ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
-      window_time += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-      window_items += items_per_step;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (step % cfg.train.log_every == 0 || step == end_step) {
-        nlohmann::json rec = {{"step", step},
-                              {"loss", last_loss},
-                              {"lr", lr},
-                              {"grad_norm", grad_norm},
-                              {"skipped_steps", skipped},
-                              {items + "_per_s", window_items / std::max(window_time, 1e-9)},
-                              {"elapsed_s", elapsed},
-                              {items, step * items_per_step}};
-        if (par) {
-          rec["world"] = par->world();
-          rec[items + "_per_s_per_rank"] = window_items / std::max(window_time, 1e-9) / par->world();
-          rec["comm_s_per_step"] = par->take_comm_seconds() / static_cast<double>(cfg.train.log_every);
-        }
-        for (auto* r : routing) rec["moe"].push_back(r->stats_json());
-        metrics.write(rec);
-        if (!stderr_is_tty())
-          spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} {}/s", step, cfg.train.steps,
-                       last_loss, lr, grad_norm, window_items / std::max(window_time, 1e-9), items);
-        window_time = 0;
-        window_items = 0;
-      }
-      if (lead) bar.update(step, fmt::format("loss {:.3f}", loss_ema));
-      const bool last = step == cfg.train.steps;
-      if ((lead || together) && ((cfg.eval.every > 0 && step % cfg.eval.every == 0) || last)) {
-        val = evaluate();
-        nlohmann::json rec = {
-            {"step", step}, {"val_loss", losses_json(val.losses)}, {"val_loss_mean", mean_loss(val.losses)}};
-        for (auto& [k, v] : val.metrics.items()) rec["val_" + k] = v;
-        metrics.write(rec);
-        spdlog::info("{}step {} val loss: {}{}", stderr_is_tty() ? "\n" : "", step, rec["val_loss"].dump(),
-                     val.metrics.empty() ? "" : " " + val.metrics.dump());
-      }
-      if ((cfg.train.ckpt_every > 0 && step % cfg.train.ckpt_every == 0) || step == end_step) save(val, metrics);
-    }
-    if (lead) bar.finish(fmt::format("loss {:.3f}", loss_ema));
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!lead && !together) return {run_dir.string(), {}};  // rank 0 evaluates, samples and writes the summary
-    if (val.losses.empty()) val = evaluate();
+  }
 
+  // One optimizer step: this rank's micro-batches, sums over ranks, clipping, the update (or a
+  // skipped step on a non-finite loss or gradient).
+  Step train_step() {
+    auto& model = task->module();
+    if (profiler) profiler->before_step(step);
+    Step s;
+    s.lr = lr_at(cfg.train, step);
+    set_lr(*optimizer, s.lr);
+    optimizer->zero_grad();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
+      if (par && m % par->world() != par->rank()) continue;                     // another rank's micro-batch
+      if (overlap && m + par->world() >= cfg.train.grad_accum) overlap->arm();  // this rank's last
+      AuxLosses aux;
+      auto loss = task->train_loss(step, m, aux);
+      loss_sum += loss.item<double>();
+      if (auto a = aux.total(); a.defined()) loss = loss + a;
+      (loss / static_cast<double>(cfg.train.grad_accum)).backward();
+      if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
+    }
+    if (par) loss_sum = sum_over_ranks(*par, replicated, moe, loss_sum, overlap.get());
+    for (auto& p : dist.sharded)  // as one process, where the whole bank has a gradient
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    const double max_norm = cfg.train.grad_clip > 0 ? cfg.train.grad_clip : std::numeric_limits<double>::infinity();
+    s.grad_norm = together ? clip_grad_norm(*par, replicated, dist.sharded, max_norm)
+                           : torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm);
+    ++step;
+    last_loss = loss_sum / static_cast<double>(cfg.train.grad_accum);
+    // No pass over the weights on a healthy step: a weight that went non-finite in the last
+    // update shows in this loss, and save() checks weights and moments before every write.
+    if (!std::isfinite(last_loss) || !std::isfinite(s.grad_norm)) {
+      skip_step(s.grad_norm);
+    } else {
+      optimizer->step();
+      for (auto& m : moe) m->after_optimizer_step();
+    }
+    if (profiler) profiler->after_step(step);
+    return s;
+  }
+
+  void skip_step(double grad_norm) {
+    const auto params = model_tensors(task->module());
+    if (auto weight = first_nonfinite(params); !weight.empty())  // not skippable: the weights are lost
+      diverged(*metrics, "a weight went non-finite in the optimizer step", weight, false, step - 1);
+    auto bad = first_nonfinite(gradients(params));
+    const auto what = fmt::format("non-finite {} (loss {:.4g}, gradient norm {:.4g})",
+                                  std::isfinite(last_loss) ? "gradient" : "loss", last_loss, grad_norm);
+    if (++skipped > cfg.train.skip_nonfinite) diverged(*metrics, what, bad.empty() ? "the loss" : bad, true);
+    spdlog::warn("step {}: {}; skipped without an update ({} of train.skip_nonfinite = {})", step, what, skipped,
+                 cfg.train.skip_nonfinite);
+  }
+
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+
+  void log(const Step& s) {
+    const std::string items = task->item_name();
+    const double rate = window_items / std::max(window_time, 1e-9);
+    nlohmann::json rec = {{"step", step},
+                          {"loss", last_loss},
+                          {"lr", s.lr},
+                          {"grad_norm", s.grad_norm},
+                          {"skipped_steps", skipped},
+                          {items + "_per_s", rate},
+                          {"elapsed_s", elapsed()},
+                          {items, step * items_per_step}};
+    if (par) {
+      rec["world"] = par->world();
+      rec[items + "_per_s_per_rank"] = rate / par->world();
+      rec["comm_s_per_step"] = par->take_comm_seconds() / static_cast<double>(cfg.train.log_every);
+    }
+    for (auto* r : routing) rec["moe"].push_back(r->stats_json());
+    metrics->write(rec);
+    if (!stderr_is_tty())
+      spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} {}/s", step, cfg.train.steps, last_loss,
+                   s.lr, s.grad_norm, rate, items);
+    window_time = 0;
+    window_items = 0;
+  }
+
+  void evaluate() {
+    val = task->evaluate("val");
+    nlohmann::json rec = {
+        {"step", step}, {"val_loss", losses_json(val.losses)}, {"val_loss_mean", mean_loss(val.losses)}};
+    for (auto& [k, v] : val.metrics.items()) rec["val_" + k] = v;
+    metrics->write(rec);
+    spdlog::info("{}step {} val loss: {}{}", stderr_is_tty() ? "\n" : "", step, rec["val_loss"].dump(),
+                 val.metrics.empty() ? "" : " " + val.metrics.dump());
+  }
+
+  // The final evaluation, the sample and summary.json (rank 0; every rank evaluates and samples
+  // when the experts are sharded).
+  TrainResult finish() {
+    const double seconds = elapsed();
+    if (!lead && !together) return {run_dir.string(), {}};
+    if (val.losses.empty()) val = task->evaluate("val");
     auto* lm = task->language_model();
     const std::string sample = opt.sample && lm ? opt.sample(*lm, task->tokenizer_path()) : "";
     if (!lead) return {run_dir.string(), {}};
+    const std::string items = task->item_name();
     const int64_t steps_run = step - start_step;
     nlohmann::json summary = {{"run", cfg.run.name},
                               {"steps", step},
@@ -380,8 +433,8 @@ struct Trainer {
                               {"parameters_active", counts.active},
                               {"task", cfg.model.task},
                               {items + "_seen", step * items_per_step},
-                              {"elapsed_s", elapsed},
-                              {items + "_per_s", steps_run * items_per_step / std::max(elapsed, 1e-9)},
+                              {"elapsed_s", seconds},
+                              {items + "_per_s", steps_run * items_per_step / std::max(seconds, 1e-9)},
                               {"final_train_loss", last_loss},
                               {"val_loss", losses_json(val.losses)},
                               {"val_loss_mean", mean_loss(val.losses)},
@@ -392,7 +445,7 @@ struct Trainer {
                               {"sample", sample},
                               {"checkpoint", latest_checkpoint(run_dir.string())}};
     for (auto& [k, v] : val.metrics.items()) summary["val_" + k] = v;
-    const auto extra = task->summary_extra();
+    const auto extra = task->summary_extra();  // items() must not outlive it
     for (auto& [k, v] : extra.items()) summary[k] = v;
     write_file_atomic((run_dir / "summary.json").string(), summary.dump(2) + "\n");
     return {run_dir.string(), summary};

@@ -24,7 +24,7 @@ fs::path fake_run(const std::string& name) {
   fs::create_directories(dir);
   // "</script>" in the config must not end the page's data block
   write_file_atomic((dir / "config.toml").string(),
-                    "# a comment with </script> in it\n[model]\nffn = \"unif\"\nmoe.unif.blocks = 4\n"
+                    "# a comment with </script> in it\n[model]\nffn = \"moe\"\nmoe.unif.blocks = 4\n"
                     "[train]\nsteps = 100\n[run]\nname = \"toy\"\n");
   std::string lines;
   for (int64_t step = 1; step <= 10; ++step) {
@@ -78,6 +78,32 @@ TEST(Report, ReadsARunThatIsStillTraining) {
   EXPECT_EQ(collect_report_run(dir.string())["status"], "finished");
   EXPECT_DOUBLE_EQ(collect_report_run(dir.string())["elapsed"].get<double>(), 9.5);
   fs::remove_all(dir);
+}
+
+// The method comes from the methods' own registrations (model/method_info.h).
+TEST(Report, NamesTheMethodsTheConfigEnables) {
+  const auto method_of = [](const std::string& config) {
+    const auto dir = fs::temp_directory_path() / "mf_report_method";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    write_file_atomic((dir / "config.toml").string(), config);
+    return collect_report_run(dir.string(), 4);
+  };
+  auto r = method_of("[model]\nffn = \"moe\"\nmoe.unipool.groups = 1\nmoe.latent.shapes = \"32,64,4,2,0\"\n");
+  EXPECT_EQ(r["method"], "LatentMoE + UniPool");         // registration order
+  EXPECT_EQ(r["method_panel"], "UniPool pool routing");  // the pooled method leads
+  EXPECT_TRUE(r["pooled"].get<bool>());
+  EXPECT_EQ(r["facts"]["model.moe.latent.shapes"], "32,64,4,2,0");
+  EXPECT_EQ(r["facts"]["model.moe.unipool.groups"], 1);
+  r = method_of("[model]\nffn = \"intb\"\n");
+  EXPECT_EQ(r["method"], "IntBMoE");
+  r = method_of("[model]\nffn = \"moe\"\n");
+  EXPECT_EQ(r["method"], "top-k MoE");
+  EXPECT_EQ(r["method_panel"], "Routing");
+  r = method_of("[model]\nffn = \"gelu\"\n");
+  EXPECT_EQ(r["method"], "dense gelu");
+  r = method_of("[model]\nffn = \"moe\"\nmoe.no_such_key = 1\n");  // not loadable: said, not guessed
+  EXPECT_NE(r["method_note"].get<std::string>().find("model.moe.no_such_key"), std::string::npos) << r["method_note"];
 }
 
 TEST(Report, RefusesADirectoryThatIsNotARun) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/config_keys.h"
+#include "model/method_info.h"
 #include "moe/dispatch.h"
 
 namespace mf {
@@ -326,6 +327,15 @@ void register_intb() {
                       dense.ffn = c.moe.dense_ffn;
                       return make_feed_forward(dense, layer, plan);
                     });
+  MethodInfo info{"intb", "IntBMoE", "IntBMoE routing",
+                  "Experts are composed from shared blocks by a recipe per expert."};
+  info.enabled = [](const Config& c) { return c.model.ffn == "intb"; };
+  info.accounting = [](const Config& c, const FeedForwards& ffns) {
+    const auto& m = c.model;
+    const int64_t patches = (m.image_size / m.patch_size) * (m.image_size / m.patch_size);
+    return intb_accounting(ffns, c.train.batch_size * (m.task == "classify" ? patches + 1 : c.train.seq_len));
+  };
+  register_method_info(std::move(info));
 }
 
 }  // namespace mf

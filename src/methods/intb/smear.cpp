@@ -5,6 +5,7 @@
 
 #include "core/config_keys.h"
 #include "methods/intb/intb.h"
+#include "model/method_info.h"
 
 namespace mf {
 
@@ -83,6 +84,12 @@ void register_smear() {
                       return std::make_shared<SmearFeedForward>(c.d_model, c.moe.num_experts, c.moe.expert_hidden,
                                                                 c.moe.activation, c.moe.expert_bias, example);
                     });
+  MethodInfo info{"smear", "SMEAR", "SMEAR routing",
+                  "Every expert's weights are merged by the router's probabilities into one expert per token or "
+                  "example (model.moe.smear.routing)."};
+  info.facts = {"model.moe.smear.routing"};
+  info.enabled = [](const Config& c) { return c.model.ffn == "smear"; };
+  register_method_info(std::move(info));
 }
 
 }  // namespace mf

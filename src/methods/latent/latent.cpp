@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/config_keys.h"
+#include "model/method_info.h"
 
 namespace mf {
 
@@ -100,6 +101,11 @@ void register_latent() {
     if (c.moe.section<LatentConfig>().shapes.empty()) return nullptr;
     return std::make_shared<LatentExtension>(c);
   });
+  MethodInfo info{"latent", "LatentMoE", "LatentMoE routing",
+                  "Experts work in latent shapes (model.moe.latent.shapes)."};
+  info.facts = {"model.moe.latent.shapes"};
+  info.enabled = [](const Config& c) { return !c.model.moe.section<LatentConfig>().shapes.empty(); };
+  register_method_info(std::move(info));
 }
 
 }  // namespace mf

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "methods/latent/latent.h"
+
 namespace mf {
 
 LatentCost latent_cost(int64_t d, const MoELayerShape& s) {
@@ -93,6 +95,25 @@ std::string SolvedShape::deviations() const {
   auto pct = [](double a, double t) { return 100 * (a / t - 1); };
   return fmt::format("P {:+.2f}% C {:+.2f}% V {:+.2f}% Q {:+.2f}%", pct(achieved.P, target.P),
                      pct(achieved.C, target.C), pct(achieved.V, target.V), pct(achieved.Q, target.Q));
+}
+
+TwoSegment two_segment(const Config& base, int64_t split, const MoELayerShape& reference, int64_t narrow, int64_t wide,
+                       int64_t multiple) {
+  const int64_t d = base.model.d_model;
+  TwoSegment t{base, solve_constant_cost(d, reference, narrow, multiple),
+               solve_constant_cost(d, reference, wide, multiple)};
+  std::vector<MoELayerShape> shapes;
+  for (int64_t b = 0; b < base.model.n_layers; ++b)
+    if (is_moe_layer(base.model, b)) shapes.push_back(b < split ? t.narrow.rounded : t.wide.rounded);
+  t.config.model.moe.section<LatentConfig>().shapes = format_latent_shapes(shapes);
+  return t;
+}
+
+std::string TwoSegment::shapes() const { return config.model.moe.section<LatentConfig>().shapes; }
+
+std::string TwoSegment::summary() const {
+  return fmt::format("model.moe.latent.shapes = \"{}\"\n  narrow: {}\n  wide:   {}\n", shapes(), narrow.deviations(),
+                     wide.deviations());
 }
 
 }  // namespace mf

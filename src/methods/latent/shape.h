@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "model/moe_ffn.h"
 
 namespace mf {
@@ -37,5 +38,16 @@ struct SolvedShape {
   std::string deviations() const;    // "P +0.0% C -1.2% V ..."
 };
 SolvedShape solve_constant_cost(int64_t d_model, const MoELayerShape& reference, int64_t latent, int64_t multiple);
+
+// The two-segment allocation of `base`'s MoE blocks: those before `split` at latent width
+// `narrow`, the rest at `wide`, each solved at the reference's cost.
+struct TwoSegment {
+  Config config;  // base with model.moe.latent.shapes set
+  SolvedShape narrow, wide;
+  std::string shapes() const;  // model.moe.latent.shapes
+  std::string summary() const;
+};
+TwoSegment two_segment(const Config& base, int64_t split, const MoELayerShape& reference, int64_t narrow, int64_t wide,
+                       int64_t multiple);
 
 }  // namespace mf

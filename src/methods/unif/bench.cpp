@@ -1,8 +1,10 @@
 #include "methods/unif/bench.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/timing.h"
 #include "methods/unif/unif.h"
@@ -88,6 +90,45 @@ double median_round_ratio(const UniFBenchRow& row, const UniFBenchRow& base) {
   std::sort(ratio.begin(), ratio.end());
   const size_t n = ratio.size();
   return n % 2 ? ratio[n / 2] : (ratio[n / 2 - 1] + ratio[n / 2]) / 2;
+}
+
+UniFBenchReport unif_bench_report(const std::vector<UniFBenchRow>& rows, const UniFBenchOptions& opt, int threads) {
+  UniFBenchReport out{fmt::format("{:>6} {:<6} {:>11} {:>11} {:>11} {:>10} {:>10} {:>13}\n", "scale", "layer",
+                                  "mean C_B", "infer ms", "train ms", "best/best", "vs top-2", "C_B / top-2"),
+                      nlohmann::json::array()};
+  std::string verdicts;
+  for (const auto& r : rows) {
+    const auto& top2 = *std::find_if(rows.begin(), rows.end(),
+                                     [&](auto& o) { return o.layer == "top-2" && o.input_scale == r.input_scale; });
+    const double best = r.infer_seconds / top2.infer_seconds, time = median_round_ratio(r, top2),
+                 blocks = r.mean_blocks / top2.mean_blocks;
+    out.text +=
+        fmt::format("{:>6.1f} {:<6} {:>11.2f} {:>11.1f} {:>11.1f} {:>9.2f}x {:>9.2f}x {:>12.2f}x\n", r.input_scale,
+                    r.layer, r.mean_blocks, 1e3 * r.infer_seconds, 1e3 * r.train_seconds, best, time, blocks);
+    out.json.push_back({{"layer", r.layer},
+                        {"input_scale", r.input_scale},
+                        {"mean_blocks", r.mean_blocks},
+                        {"infer_seconds", r.infer_seconds},
+                        {"train_seconds", r.train_seconds},
+                        {"infer_rounds_seconds", r.infer_rounds},
+                        {"infer_best_vs_top2", best},
+                        {"infer_vs_top2", time},
+                        {"train_vs_top2", r.train_seconds / top2.train_seconds},
+                        {"blocks_vs_top2", blocks}});
+    const double off = time / blocks - 1;
+    if (r.layer == "unif")
+      verdicts += fmt::format(
+          "scale {:.1f}: UniF-MoE's time ratio to top-2 is {:.0f} % {} its block ratio C_B / (2B) (target: within "
+          "15 %; {})\n",
+          r.input_scale, 100 * std::abs(off), off >= 0 ? "above" : "below", std::abs(off) <= 0.15 ? "met" : "not met");
+  }
+  out.text +=
+      verdicts + fmt::format(
+                     "T = {}, d = {}, H = {}, K = {}, B = {}, {} threads; {} rounds, layers in turns: times are "
+                     "the best round, \"vs top-2\" the median over rounds of the time over top-2's in the "
+                     "same round\n",
+                     opt.tokens, opt.d_model, opt.hidden, opt.experts, opt.blocks, threads, opt.iters);
+  return out;
 }
 
 }  // namespace mf

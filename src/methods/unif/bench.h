@@ -32,4 +32,12 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt);
 // turns, so a slow phase of a shared machine hits both sides of each ratio alike.
 double median_round_ratio(const UniFBenchRow& row, const UniFBenchRow& base);
 
+// The table, the verdict per input scale (UniF's time vs top-2 within 15 % of its block ratio
+// C_B / (2B)) and the same rows as JSON.
+struct UniFBenchReport {
+  std::string text;
+  nlohmann::json json;
+};
+UniFBenchReport unif_bench_report(const std::vector<UniFBenchRow>& rows, const UniFBenchOptions& opt, int threads);
+
 }  // namespace mf

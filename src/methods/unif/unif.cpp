@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include "core/config_keys.h"
+#include "io/upcycle.h"
+#include "model/method_info.h"
 
 namespace mf {
 
@@ -101,6 +103,28 @@ void validate_unif(const Config& c) {
 
 }  // namespace
 
+nlohmann::json unif_accounting(const Config& c, const std::vector<std::shared_ptr<FeedForward>>& ffns) {
+  const int64_t B = c.model.moe.section<UniFConfig>().blocks;
+  const auto& bank = *moe_layers(ffns).front()->experts;
+  const int64_t K = bank.num_units() - 1;
+  const auto unit = unif_unit_cost(bank, B);
+  auto cost = [&](int64_t active_blocks) {
+    return nlohmann::json{{"blocks", active_blocks},
+                          {"expert_parameters", active_blocks * unit.params},
+                          {"expert_flops", active_blocks * unit.flops}};
+  };
+  return {{"blocks_per_expert", B},
+          {"residual_experts", K},
+          {"parameters_per_block", unit.params},
+          {"flops_per_block", unit.flops},
+          {"per_token_least", cost(B)},
+          {"per_token_most", cost(1 + K * (B - 1))},
+          {"top2_equivalent", cost(2 * B)},
+          {"measured",
+           "moeforge usage CHECKPOINT prints the mean shared_blocks, residual_experts and "
+           "active_blocks per layer"}};
+}
+
 void register_unif() {
   auto ref = [](auto field) {
     return [field](Config & c) -> auto& { return c.model.moe.section<UniFConfig>().*field; };
@@ -126,6 +150,18 @@ void register_unif() {
     if (c.moe.section<UniFConfig>().blocks == 0) return nullptr;
     return std::make_shared<UniFExtension>(c);
   });
+  MethodInfo info{"unif", "UniF-MoE", "UniF-MoE activated blocks",
+                  "C_B = b + k (B - b) expert blocks per token (top-k activates k B); b: shared blocks, k: residual "
+                  "experts.",
+                  "activated blocks C_B per token"};
+  info.facts = {"model.moe.unif.blocks"};
+  info.enabled = [](const Config& c) { return c.model.moe.section<UniFConfig>().blocks > 0; };
+  info.accounting = unif_accounting;
+  register_upcycle_method("unif", [](const UpcycleOptions& o) {
+    return std::vector<std::string>{fmt::format("model.moe.unif.blocks={}", o.blocks), "model.moe.aux_loss_coef=0",
+                                    "model.moe.z_loss_coef=0", "model.moe.top_k=1"};
+  });
+  register_method_info(std::move(info));
 }
 
 }  // namespace mf

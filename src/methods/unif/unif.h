@@ -29,6 +29,8 @@ struct UniFUnitCost {
   int64_t params = 0, flops = 0;
 };
 UniFUnitCost unif_unit_cost(const ExpertBank& bank, int64_t blocks);
+// `info`: the cost per token of the fewest, most and top-2-equivalent activated blocks
+nlohmann::json unif_accounting(const Config& c, const std::vector<std::shared_ptr<FeedForward>>& ffns);
 
 class UniFExtension : public MoEExtension {
  public:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/config_keys.h"
+#include "model/method_info.h"
 
 namespace mf {
 
@@ -114,6 +115,12 @@ void register_unipool() {
     if (c.moe.section<UniPoolConfig>().groups == 0) return nullptr;
     return std::make_shared<UniPoolExtension>(c);
   });
+  MethodInfo info{"unipool", "UniPool", "UniPool pool routing",
+                  "Every MoE block of a group routes into one shared pool of experts."};
+  info.pooled = true;
+  info.facts = {"model.moe.unipool.groups", "model.moe.unipool.pool_size"};
+  info.enabled = [](const Config& c) { return c.model.moe.section<UniPoolConfig>().groups > 0; };
+  register_method_info(std::move(info));
 }
 
 }  // namespace mf
