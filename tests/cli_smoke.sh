@@ -121,7 +121,7 @@ grep -q "aten::mm" runs/prof/profile.txt || fail "profile table"
 [ -s runs/prof/profile.json ] || fail "profile trace"
 expect_ok "model GFLOP/s" -- "$MF" bench train tiny.toml --steps 2 --warmup 2 --peer ''
 expect_ok "bandwidth bound" -- "$MF" bench generate tiny.toml --tokens 3 --peer ''
-expect_ok "AdamW step" -- "$MF" bench kernels --iters 1
+expect_ok "AdamW, 3 steps" -- "$MF" bench kernels --iters 1
 
 # damaged checkpoint: exit 3 with the file named
 cp -r "$CK" broken && head -c 100 "$CK/model.safetensors" > broken/model.safetensors

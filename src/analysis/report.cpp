@@ -35,6 +35,12 @@ struct Method {
   std::vector<std::string> facts;  // the method's config keys
 };
 
+Method named(std::string name, std::string panel, std::string note = "") {
+  Method m;
+  m.name = std::move(name), m.panel = std::move(panel), m.note = std::move(note);
+  return m;
+}
+
 // The methods the run's config enables (registered by each method: model/method_info.h); the
 // first pooled one gives the routing panel. A config this version cannot load is named by its
 // model.ffn alone, with the reason.
@@ -43,18 +49,23 @@ Method method_of(const std::string& text, const std::string& source) {
   try {
     apply_toml_text(c, text, source);
   } catch (const ConfigError& e) {
-    return {"model.ffn = " + c.model.ffn, "Routing", std::string("not read: ") + e.what()};
+    return named("model.ffn = " + c.model.ffn, "Routing", std::string("not read: ") + e.what());
   }
-  if (c.model.ffn == "swiglu" || c.model.ffn == "gelu") return {"dense " + c.model.ffn, "", "", ""};
+  if (c.model.ffn == "swiglu" || c.model.ffn == "gelu") {
+    auto dense = named("dense " + c.model.ffn, "");
+    dense.units.clear();
+    return dense;
+  }
   const auto on = methods_enabled(c);
-  if (on.empty()) return {c.model.ffn == "moe" ? "top-k MoE" : c.model.ffn, "Routing", ""};
+  if (on.empty()) return named(c.model.ffn == "moe" ? "top-k MoE" : c.model.ffn, "Routing");
   const auto* lead = on.front();
   for (auto* m : on)
     if (m->pooled) {
       lead = m;
       break;
     }
-  Method out{"", lead->panel, "", lead->units, lead->pooled};
+  Method out = named("", lead->panel);
+  out.units = lead->units, out.pooled = lead->pooled;
   for (auto* m : on) {
     out.name += (out.name.empty() ? "" : " + ") + m->name;
     out.note += (out.note.empty() ? "" : " ") + m->note;

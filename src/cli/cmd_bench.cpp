@@ -1,6 +1,5 @@
-// `moeforge bench moe`: forward+backward throughput of the MoE layer against a dense SwiGLU
-// with the same active FLOPs (the practical ceiling) and the Python per-expert loop.
-// `moeforge bench unif`: methods/unif/bench.h.
+// `moeforge bench ...`: flags, then the benchmark's own function (train/moe_bench.h,
+// methods/unif/bench.h, methods/intb/bench.h, ...).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -12,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/peer.h"
+#include "core/peer.h"
 #include "core/runtime.h"
 #include "core/timing.h"
 #include "core/util.h"
@@ -23,16 +22,9 @@
 #include "moe/dispatch.h"
 #include "moe/routers.h"
 #include "train/loss_bench.h"
+#include "train/moe_bench.h"
 
 namespace mf::cli {
-namespace {
-
-struct Shape {
-  std::string name;
-  int64_t T, d, E, k, F;
-};
-
-}  // namespace
 
 void register_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
@@ -54,57 +46,9 @@ void register_bench_commands(CLI::App& app) {
   moe->add_option("--json", json_out, "also write the results as JSON");
   moe->callback([] {
     set_compute_threads(threads);
-    torch::manual_seed(0);
-    std::vector<Shape> shapes;
-    if (which == "coarse" || which == "all") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
-    if (which == "fine" || which == "all") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
-    if (which == "finer" || which == "all") shapes.push_back({"finer", 4096, 512, 128, 8, 64});
-    if (which == "scaling")
-      for (int64_t E = 8; E <= 256; E *= 2)
-        shapes.push_back({fmt::format("E{}", E), 4096, 512, E, E / 8, 1024 / (E / 8)});
-    const bool with_peer = !peer.empty() && which != "scaling";
-    nlohmann::json results = nlohmann::json::array();
-    std::cout << fmt::format("{:<8} {:<22} {:>10} {:>10} {:>9}\n", "shape", "implementation", "tokens/s", "GFLOP/s",
-                             "vs dense");
-    for (const auto& s : shapes) {
-      const double flops = 18.0 * s.T * s.k * s.d * s.F;  // fwd + bwd of the active experts
-      RouterOptions ro;
-      ro.num_experts = s.E;
-      ro.top_k = s.k;
-      Router router(s.d, ro);
-      ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
-      auto x = torch::randn({s.T, s.d}).requires_grad_(true);
-      auto grad = torch::ones({s.T, s.d});
-      double t_moe = best_seconds(iters, [&] {
-        auto r = router->forward(x);
-        dispatch(x, r.assignment, bank).y_TD.backward(grad);
-      });
-      double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
-      const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}",
-                                    s.T, s.d, s.E, s.k, s.F, iters, threads);
-      auto peer_res = with_peer ? run_peer(peer, args, false) : nlohmann::json{{"skipped", "no peer run"}};
-      auto peer_default = with_peer ? run_peer(peer, args, true) : peer_res;
-      auto row = [&](const std::string& impl, double sec) {
-        std::cout << fmt::format("{:<8} {:<22} {:>10.0f} {:>10.1f} {:>8.2f}x\n", s.name, impl, s.T / sec,
-                                 flops / sec / 1e9, t_dense / sec);
-        results.push_back({{"shape", s.name},
-                           {"impl", impl},
-                           {"seconds", sec},
-                           {"tokens_per_s", s.T / sec},
-                           {"gflops", flops / sec / 1e9},
-                           {"vs_dense", t_dense / sec}});
-      };
-      row("moeforge MoE layer", t_moe);
-      row("dense SwiGLU (k*F)", t_dense);
-      for (auto& [impl, res] :
-           {std::pair{"python loop (same env)", peer_res}, std::pair{"python loop (default)", peer_default}}) {
-        if (res.contains("seconds"))
-          row(impl, res["seconds"].get<double>());
-        else if (which != "scaling")
-          std::cout << fmt::format("{:<8} {:<22} {}\n", s.name, impl, res["skipped"].get<std::string>());
-      }
-    }
-    if (!json_out.empty()) write_file_atomic(json_out, results.dump(2) + "\n");
+    const auto table = bench_moe(moe_bench_shapes(which), iters, threads, which == "scaling" ? "" : peer);
+    std::cout << table.text();
+    if (!json_out.empty()) write_file_atomic(json_out, table.json().dump(2) + "\n");
   });
 
   auto* unif = bench->add_subcommand(

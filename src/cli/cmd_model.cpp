@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "analysis/confusion.h"
 #include "analysis/svg_plot.h"
 #include "cli/commands.h"
 #include "core/runtime.h"
@@ -77,30 +78,24 @@ void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& 
   const bool mirrored = flip_average(l, flip);
   auto r = evaluate_classifier(*l.model, data, split, 0, 256, mirrored);
   const int64_t K = l.cfg.model.num_classes;
-  std::vector<std::vector<double>> confusion(K, std::vector<double>(K, 0));
-  for (size_t i = 0; i < r.labels.size(); ++i) confusion[r.labels[i]][r.predictions[i]] += 1;
-  const auto& names = ImageDataset::class_names();
+  const auto confusion = confusion_matrix(r.labels, r.predictions, K);
+  const auto& known = ImageDataset::class_names();
+  std::vector<std::string> names;
+  for (int64_t k = 0; k < K; ++k)
+    names.push_back(k < static_cast<int64_t>(known.size()) ? known[k] : std::to_string(k));
   std::cout << fmt::format("{} split: {} images, loss {:.4f}, accuracy {:.2f} %{}\n\n{:<12} {:>8} {:>9}\n", split,
                            r.count, r.loss, 100 * r.accuracy,
                            mirrored ? " (logits averaged with each image's mirror image)" : "", "class", "images",
                            "accuracy");
-  HeatmapOptions h;
-  for (int64_t k = 0; k < K; ++k) {
-    double n = 0;
-    for (double v : confusion[k]) n += v;
-    const std::string name = k < static_cast<int64_t>(names.size()) ? names[k] : std::to_string(k);
-    std::cout << fmt::format("{:<12} {:>8.0f} {:>8.2f} %\n", name, n, n > 0 ? 100 * confusion[k][k] / n : 0.0);
-    h.row_labels.push_back(name);
-    for (auto& v : confusion[k]) v = n > 0 ? v / n : 0;  // rows: true class, shares of its images
-  }
-  h.title = fmt::format("{} — confusion on {} ({:.2f} % accuracy)", l.cfg.run.name, split, 100 * r.accuracy);
-  h.x_label = "predicted class";
-  h.y_label = "true class";
-  h.value_label = "share of the true class";
+  for (int64_t k = 0; k < K; ++k)
+    std::cout << fmt::format("{:<12} {:>8.0f} {:>8.2f} %\n", names[k], confusion.images(k),
+                             100 * confusion.accuracy(k));
   const std::string path =
       out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / fmt::format("confusion_{}.svg", split)).string()
                   : out;
-  write_file_atomic(path, heatmap_svg(confusion, h));
+  write_file_atomic(path, confusion_svg(confusion, names,
+                                        fmt::format("{} — confusion on {} ({:.2f} % accuracy)", l.cfg.run.name, split,
+                                                    100 * r.accuracy)));
   std::cout << "\nwrote " << path << "\n";
 }
 

@@ -7,12 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/peer.h"
+#include "core/peer.h"
 #include "core/runtime.h"
 #include "core/util.h"
 #include "serve/generate_bench.h"
 #include "serve/serve_bench.h"
-#include "train/kernel_bench.h"
+#include "train/kernel_cases.h"
 #include "train/train_bench.h"
 
 namespace mf::cli {
@@ -115,6 +115,8 @@ void add_performance_benches(CLI::App* bench) {
                                theirs > 0 ? fmt::format("{:.2f}x", row.tokens_per_s / theirs) : "-");
       js["moeforge"][key] = row.tokens_per_s;
     }
+    if (!r.units_path.empty()) std::cout << "experts ran on the " << r.units_path << " units path\n";
+    js["units_path"] = r.units_path;
     if (!peer.contains("torch")) std::cout << "PyTorch: " << peer.value("skipped", "") << "\n";
     std::cout << fmt::format(
         "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
@@ -169,20 +171,13 @@ void add_performance_benches(CLI::App* bench) {
   kernels->add_option("--json", kernels_json, "also write the results as JSON");
   kernels->callback([] {
     set_compute_threads(threads);
-    nlohmann::json js = nlohmann::json::array();
-    std::cout << fmt::format("{:<40} {:<34} {:>9} {:>12} {:>8} {:>10}\n", "kernel", "shape", "ours ms", "LibTorch ms",
-                             "speed-up", "max |diff|");
-    for (const auto& r : bench_kernels(iters)) {
-      std::cout << fmt::format("{:<40} {:<34} {:>9.2f} {:>12.2f} {:>7.2f}x {:>10.2e}\n", r.kernel, r.shape,
-                               1e3 * r.ours_s, 1e3 * r.libtorch_s, r.libtorch_s / r.ours_s, r.max_abs_diff);
-      js.push_back({{"kernel", r.kernel},
-                    {"shape", r.shape},
-                    {"ours_s", r.ours_s},
-                    {"libtorch_s", r.libtorch_s},
-                    {"max_abs_diff", r.max_abs_diff}});
-    }
-    std::cout << fmt::format("float32, {} threads, best of {}\n", threads, iters);
-    if (!kernels_json.empty()) write_file_atomic(kernels_json, js.dump(2) + "\n");
+    const auto table = bench_kernels(iters);
+    std::cout << table.text()
+              << fmt::format(
+                     "float32, {} threads, best of {}; the cases are train/kernel_cases.cpp's table (the tests "
+                     "run it too); rel. err: max |ours - LibTorch| / max |LibTorch|\n",
+                     threads, iters);
+    if (!kernels_json.empty()) write_file_atomic(kernels_json, table.json().dump(2) + "\n");
   });
 }
 

@@ -17,6 +17,8 @@ class FeedForward;
 using FeedForwards = std::vector<std::shared_ptr<FeedForward>>;
 
 struct MethodInfo {
+  MethodInfo(std::string key, std::string name, std::string panel, std::string note)
+      : key(std::move(key)), name(std::move(name)), panel(std::move(panel)), note(std::move(note)) {}
   std::string key;                          // short name: `info` prints its accounting under it ("unif")
   std::string name;                         // the report's name for it ("UniF-MoE")
   std::string panel;                        // the report's routing panel title

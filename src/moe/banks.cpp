@@ -55,10 +55,10 @@ at::Tensor ExpertBank::forward_grouped(const at::Tensor& rows_PD, const at::Tens
 }
 
 at::Tensor ExpertBank::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                                        const at::Tensor& counts_E) {
+                                        const at::Tensor& counts_E, bool fused) {
   return grouped_ffn_combined(x_TD, token_P, weight_P, counts_E, gate_up_proj, down_proj,
                               activation_ == Activation::SwiGLU, gate_up_proj_bias, down_proj_bias, 1,
-                              kCombinedChunkHidden, pack_.get());
+                              kCombinedChunkHidden, fused ? pack_.get() : nullptr);
 }
 
 ExpertBlocks::ExpertBlocks(ExpertBank& bank, int64_t blocks) : bank_(bank), blocks_(blocks) {
@@ -72,10 +72,10 @@ at::Tensor ExpertBlocks::forward_grouped(const at::Tensor& rows_PD, const at::Te
 }
 
 at::Tensor ExpertBlocks::forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                                          const at::Tensor& counts_U) {
+                                          const at::Tensor& counts_U, bool fused) {
   return grouped_ffn_combined(x_TD, token_P, weight_P, counts_U, bank_.gate_up_proj, bank_.down_proj,
                               bank_.activation() == Activation::SwiGLU, bank_.gate_up_proj_bias, {}, blocks_,
-                              kCombinedChunkHidden, bank_.unit_pack());
+                              kCombinedChunkHidden, fused ? bank_.unit_pack() : nullptr);
 }
 
 at::Tensor ExpertBlocks::forward_unit(int64_t u, const at::Tensor& rows) {

@@ -29,12 +29,14 @@ class UnitBank : public torch::nn::Module {
     return forward_grouped(rows_PD, counts_E);
   }
   // Inference (no grad): y_TD = sum over pairs of weight_P * unit_P(x[token_P]), pairs sorted by
-  // unit (counts_E per unit), gathered and combined chunk by chunk (moe/grouped_ffn.h); an
-  // undefined result = not offered (e.g. a bank with a per-token side input), and dispatch()
-  // takes the grouped path.
+  // unit (counts_E per unit), gathered and combined chunk by chunk (moe/grouped_ffn.h), or with
+  // `fused` by the kernel of moe/fused_units.h. Offered only by banks that say so (not by one
+  // with a per-token side input, nor by expert parallelism); dispatch() chooses (units_path).
+  virtual bool offers_combined() const { return false; }
+  virtual UnitPack* unit_pack() const { return nullptr; }  // the fused kernel's packed weights; null: no fused path
   virtual at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                                      const at::Tensor& counts_E) {
-    return {};
+                                      const at::Tensor& counts_E, bool fused) {
+    TORCH_CHECK(false, "this unit bank has no inference path");
   }
 };
 
@@ -48,8 +50,9 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   int64_t num_units() const override { return num_experts_; }
   int64_t expert_hidden() const { return expert_hidden_; }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
+  bool offers_combined() const override { return true; }
   at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                              const at::Tensor& counts_E) override;
+                              const at::Tensor& counts_E, bool fused) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   // block b of B of expert e on rows, without the output bias (see ExpertBlocks)
   at::Tensor forward_block(int64_t e, int64_t b, int64_t blocks, const at::Tensor& rows);
@@ -57,7 +60,7 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   ParamRoleList param_roles() const override;
   int64_t parameter_count() const;
   // the inference kernel's packed copy of the weights (moe/fused_units.h), kept while they do not change
-  UnitPack* unit_pack() const { return pack_.get(); }
+  UnitPack* unit_pack() const override { return pack_.get(); }
 
   at::Tensor gate_up_proj, down_proj;            // gate_up_E2FD (or _EFD for GELU), down_EDF
   at::Tensor gate_up_proj_bias, down_proj_bias;  // [E, 2F|F], [E, D]; undefined without biases
@@ -78,8 +81,10 @@ class ExpertBlocks : public UnitBank {
   ExpertBlocks(ExpertBank& bank, int64_t blocks);
   int64_t num_units() const override { return bank_.num_units() * blocks_; }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_U) override;
+  bool offers_combined() const override { return true; }
+  UnitPack* unit_pack() const override { return bank_.unit_pack(); }
   at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
-                              const at::Tensor& counts_U) override;
+                              const at::Tensor& counts_U, bool fused) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   // y_TD + sum_e w_TE[t, e] * down_bias[e] (unchanged without biases)
   at::Tensor add_output_bias(const at::Tensor& y_TD, const at::Tensor& w_TE) const;

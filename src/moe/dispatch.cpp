@@ -2,9 +2,11 @@
 
 #include <torch/torch.h>
 
-#include "moe/combine.h"
-
+#include <atomic>
 #include <cmath>
+
+#include "moe/combine.h"
+#include "moe/fused_units.h"
 
 namespace mf {
 
@@ -26,7 +28,33 @@ at::Tensor unit_order(const Assignment& a) {
   return std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
 }
 
+std::atomic<int> forced_path{-1};
+
 }  // namespace
+
+const char* to_string(UnitsPath path) {
+  switch (path) {
+    case UnitsPath::Grouped: return "grouped";
+    case UnitsPath::Combined: return "combined";
+    case UnitsPath::Fused: return "fused";
+  }
+  return "?";
+}
+
+void force_units_path(std::optional<UnitsPath> path) { forced_path = path ? static_cast<int>(*path) : -1; }
+
+UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank) {
+  const bool inference = !at::GradMode::is_enabled() && bank.offers_combined();
+  const bool fused = inference && bank.unit_pack() && fused_units_available(x_TD);
+  if (const int f = forced_path; f >= 0) {
+    const auto path = static_cast<UnitsPath>(f);
+    TORCH_CHECK(path == UnitsPath::Grouped || inference, "units path '", to_string(path),
+                "' is pinned but needs no grad mode and a bank with an inference path");
+    TORCH_CHECK(path != UnitsPath::Fused || fused, "units path 'fused' is pinned but needs float32 on an AVX-512 CPU");
+    return path;
+  }
+  return fused ? UnitsPath::Fused : inference ? UnitsPath::Combined : UnitsPath::Grouped;
+}
 
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
   PairOutputs p;
@@ -60,9 +88,10 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     weight_P = weight_P.index_select(0, keep);
   }
   const auto counts_E = at::bincount(unit_P, {}, E);
-  if (!at::GradMode::is_enabled()) {
-    r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, counts_E);
-    if (r.y_TD.defined()) return r;
+  const auto path = units_path(x_TD, bank);
+  if (path != UnitsPath::Grouped) {
+    r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, counts_E, path == UnitsPath::Fused);
+    return r;
   }
   r.y_TD = combine(grouped_units(x_TD, token_P, counts_E, bank), token_P, weight_P.to(x_TD.dtype()), x_TD.size(0));
   return r;

@@ -1,6 +1,8 @@
 // The one dispatch engine: y[t] = sum over pairs p with token_P[p] = t of weight_P[p] * unit_{unit_P[p]}(x[t]).
 // Stable sort by unit -> gather rows -> grouped unit computation -> weighted scatter-add (moe/combine.h).
 #pragma once
+#include <optional>
+
 #include "moe/banks.h"
 #include "moe/routing.h"
 
@@ -14,6 +16,19 @@ struct DispatchResult {
   at::Tensor y_TD;
   at::Tensor dropped;  // int64 scalar: pairs dropped by the capacity limit
 };
+
+// How dispatch runs a bank's units (one choice per call, made by units_path):
+//   grouped   gather -> the bank's grouped units (autograd, hand-written backward) -> combine:
+//             under grad mode, and for banks without an inference path
+//   combined  no grad: gather, units and combine chunk by chunk (moe/grouped_ffn.h)
+//   fused     no grad, float32 on an AVX-512 CPU, a bank with packed weights: gather and combine
+//             inside the unit GEMMs (moe/fused_units.h)
+enum class UnitsPath { Grouped, Combined, Fused };
+const char* to_string(UnitsPath path);
+UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank);
+// Pins the path until reset (nullopt): tests and benchmarks compare paths. A pinned path the
+// bank, grad mode or machine cannot take is an error at the next dispatch.
+void force_units_path(std::optional<UnitsPath> path);
 
 DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank, const DispatchOptions& opt = {});
 

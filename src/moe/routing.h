@@ -5,7 +5,11 @@
 //   T  tokens in the batch (rows of x)          D  model width (or the latent width l)
 //   E  units (experts) a router chooses among   K  units per token (top-k)
 //   F  hidden width of one expert               P  routed pairs (T*K for top-k; varies for top-p)
-//   S  sequences in the batch (sequence-wise loss), L the tokens of one sequence
+//   U  units a bank computes: E experts, or E*B (expert, block) units (ExpertBlocks)
+//   M  hidden width of one unit (F, or F/B)     N  a unit's first-layer outputs (M; 2M for SwiGLU), padded
+//   X  width of a bank's per-token side input   S  sequences in the batch (sequence-wise loss),
+//   L  the tokens of one sequence
+// Methods add their own letters in their headers (methods/<paper>/*.h).
 #pragma once
 #include <ATen/ATen.h>
 

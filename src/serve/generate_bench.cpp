@@ -6,6 +6,8 @@
 
 #include "core/timing.h"
 #include "io/model_io.h"
+#include "model/moe_ffn.h"
+#include "moe/dispatch.h"
 #include "serve/generate.h"
 
 namespace mf {
@@ -29,6 +31,11 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
   r.weight_bytes_per_step = 4.0 * static_cast<double>(counts.active - counts.embedding);
   r.bandwidth_gbs = copy_bandwidth_gbs();
   r.bound_tokens_per_s = r.bandwidth_gbs * 1e9 / r.weight_bytes_per_step;
+  if (const auto moe = moe_layers(model->feed_forwards()); !moe.empty()) {
+    torch::NoGradGuard g;
+    const auto x = torch::empty({1, r.config.model.d_model}, model->parameters().front().options());
+    r.units_path = to_string(units_path(x, *moe.front()->experts));
+  }
   SamplingOptions o;
   o.temperature = 0;  // greedy: no sampling cost, every row runs to the end
   o.max_tokens = new_tokens;

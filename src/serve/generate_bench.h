@@ -20,6 +20,7 @@ struct GenerateBenchResult {
   double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32
   double bandwidth_gbs = 0;          // large-copy bandwidth, read + write
   double bound_tokens_per_s = 0;     // batch 1: bandwidth / weight bytes per step
+  std::string units_path;            // how the MoE layers ran their experts (moe/dispatch.h); "" = no MoE layer
 };
 
 // `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint.

@@ -65,8 +65,13 @@ struct StepProfiler::Recording {
   explicit Recording(const std::string& path) : guard(path) {}
 };
 
-StepProfiler::StepProfiler(int64_t first, int64_t steps, std::string trace_path, std::string table_path)
-    : first_(first), steps_(steps), trace_path_(std::move(trace_path)), table_path_(std::move(table_path)) {}
+StepProfiler::StepProfiler(int64_t first, int64_t steps, std::string trace_path, std::string table_path,
+                           std::string header)
+    : first_(first),
+      steps_(steps),
+      trace_path_(std::move(trace_path)),
+      table_path_(std::move(table_path)),
+      header_(std::move(header)) {}
 
 StepProfiler::~StepProfiler() = default;
 
@@ -78,7 +83,7 @@ void StepProfiler::after_step(int64_t step) {
   if (!recording_ || step < first_ + steps_) return;
   recording_.reset();  // writes the trace
   done_ = true;
-  const auto table = self_time_table(self_times(read_json_file(trace_path_)), steps_);
+  const auto table = header_ + self_time_table(self_times(read_json_file(trace_path_)), steps_);
   write_file_atomic(table_path_, table);
   spdlog::info("profile of steps {}..{}: {} (trace), {}\n{}", first_ + 1, first_ + steps_, trace_path_, table_path_,
                table);

@@ -24,8 +24,9 @@ std::string self_time_table(const std::vector<OpSelfTime>& ops, int64_t steps, s
 
 class StepProfiler {
  public:
-  // profiles steps [first, first + steps) of the loop; writes trace_path and table_path
-  StepProfiler(int64_t first, int64_t steps, std::string trace_path, std::string table_path);
+  // profiles steps [first, first + steps) of the loop; writes trace_path and table_path, the
+  // table under `header` (e.g. which kernels ran)
+  StepProfiler(int64_t first, int64_t steps, std::string trace_path, std::string table_path, std::string header = "");
   ~StepProfiler();
   void before_step(int64_t step);
   void after_step(int64_t step);  // step: the number of steps done, as the trainer counts
@@ -34,7 +35,7 @@ class StepProfiler {
  private:
   struct Recording;
   int64_t first_, steps_;
-  std::string trace_path_, table_path_;
+  std::string trace_path_, table_path_, header_;
   std::unique_ptr<Recording> recording_;
   bool done_ = false;
 };

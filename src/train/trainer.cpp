@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
+#include "moe/dispatch.h"
 #include "train/across_ranks.h"
 #include "train/finite.h"
 #include "train/grad_overlap.h"
@@ -310,9 +311,13 @@ struct Trainer {
     t0 = std::chrono::steady_clock::now();
     if (opt.profile_steps > 0 && lead) {  // rank 0's steps; ranks writing one file would garble it
       const int64_t warmup = std::clamp<int64_t>(end_step - start_step - opt.profile_steps, 0, 5);
+      const auto x = torch::empty({0, cfg.model.d_model}, task->module().parameters().front().options());
+      const std::string header =
+          moe.empty() ? ""
+                      : fmt::format("experts: the {} units path\n", to_string(units_path(x, *moe.front()->experts)));
       profiler =
           std::make_unique<StepProfiler>(start_step + warmup, opt.profile_steps, (run_dir / "profile.json").string(),
-                                         (run_dir / "profile.txt").string());
+                                         (run_dir / "profile.txt").string(), header);
     }
     if (par && par->world() > 1 && cfg.train.overlap_grad_sum) {
       overlap = std::make_unique<GradOverlap>(*par, replicated);
@@ -458,12 +463,15 @@ double approx_parameters(const ModelConfig& m) {
   const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layers);
   const double hd = static_cast<double>(m.head_width());
   const double attention = d * hd * static_cast<double>(2 * m.n_heads + 2 * m.n_kv_heads);
-  double ffn = (m.ffn == "gelu" ? 2.0 : 3.0) * d * static_cast<double>(m.ffn_hidden);
+  // an FFN of width f: SwiGLU 3 d f, GELU 2 d f, plus f + d with biases
+  const auto ffn_of = [&](bool gelu, bool bias, double f) { return (gelu ? 2.0 : 3.0) * d * f + (bias ? f + d : 0.0); };
+  double ffn = ffn_of(m.ffn == "gelu", m.ffn == "gelu", static_cast<double>(m.ffn_hidden));
   if (m.ffn == "moe") {
     const double shared = m.moe.shared_hidden > 0 ? static_cast<double>(m.moe.shared_hidden)
                                                   : static_cast<double>(m.moe.n_shared * m.moe.expert_hidden);
-    ffn = 3.0 * d * (static_cast<double>(m.moe.num_experts * m.moe.expert_hidden) + shared) +
-          d * static_cast<double>(m.moe.num_experts);
+    const double expert =
+        ffn_of(m.moe.activation == Activation::GELU, m.moe.expert_bias, static_cast<double>(m.moe.expert_hidden));
+    ffn = static_cast<double>(m.moe.num_experts) * (expert + d) + ffn_of(false, false, shared);  // + router rows
   }
   const int64_t channels = m.stem_channels > 0 ? m.stem_channels : m.channels;
   const double embedding = m.task == "classify" ? static_cast<double>(m.patch_size * m.patch_size * channels) * d

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <iostream>
+
 #include "moe/banks.h"
 #include "moe/dispatch.h"
 #include "moe/fused_units.h"
@@ -190,4 +192,38 @@ TEST(ExpertBlocks, FusedKernelMatchesTheReference) {
           const double err = (run().to(torch::kFloat64) - ref).abs().max().item<double>();
           EXPECT_LT(err, 1e-5 * ref.abs().max().item<double>()) << what << " at large inputs";
         }
+}
+
+// dispatch makes one choice of units path (units_path) and every path it can take gives the
+// dispatcher's result; a pinned path the grad mode or machine cannot take is an error.
+TEST(UnitsPath, TheChoiceIsReportedAndEveryPathAgrees) {
+  torch::manual_seed(4);
+  const int64_t T = 30, D = 16, E = 4;
+  ExpertBank bank(E, D, 24);
+  auto x = torch::randn({T, D});
+  auto unit_TK = std::get<1>(torch::rand({T, E}).topk(2, -1));
+  Assignment a{torch::arange(T).repeat_interleave(2), unit_TK.reshape({-1}), torch::rand({2 * T}), T, E};
+  const bool fused = fused_units_available(x);
+  EXPECT_EQ(units_path(x, bank), UnitsPath::Grouped);  // grad mode: training
+  torch::NoGradGuard g;
+  EXPECT_EQ(units_path(x, bank), fused ? UnitsPath::Fused : UnitsPath::Combined);
+  EXPECT_EQ(units_path(x.to(torch::kFloat64), bank), UnitsPath::Combined);  // the fused kernel is float32
+  const auto ref = dense_reference(x, a, bank);
+  for (auto path : {UnitsPath::Grouped, UnitsPath::Combined, UnitsPath::Fused}) {
+    force_units_path(path);
+    if (path == UnitsPath::Fused && !fused) {
+      EXPECT_THROW(dispatch(x, a, bank), c10::Error) << "fused pinned on a machine without it";
+      std::cout << "[ NOT RUN  ] the fused units path: needs float32 on an AVX-512 CPU\n";
+      continue;
+    }
+    EXPECT_EQ(units_path(x, bank), path);
+    const auto y = dispatch(x, a, bank).y_TD;
+    EXPECT_LT((y - ref).abs().max().item<double>(), 1e-5 * ref.abs().max().item<double>()) << to_string(path);
+  }
+  {
+    force_units_path(UnitsPath::Combined);
+    c10::AutoGradMode grad(true);
+    EXPECT_THROW(dispatch(x, a, bank), c10::Error) << "the inference path pinned under grad mode";
+  }
+  force_units_path(std::nullopt);
 }

@@ -67,9 +67,10 @@ void expect_matches_reference(const Case& c, const at::Tensor& x_in) {
   // expert), so the router's gradient is legitimately 0 there; everything else must not be.
   const bool router_grad = c.k > 1 && c.router != "top_p";
   for (size_t i = 0; i < fast.size(); ++i) {
-    if (i < 4 || router_grad)
+    if (i < 4 || router_grad) {
       EXPECT_GT(ref[i].abs().max().item<double>(), 1e-6)
           << c.router << " T=" << c.T << " k=" << c.k << ": " << names[i] << " is zero (a vacuous match)";
+    }
     EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12))
         << c.router << " T=" << c.T << " E=" << c.E << " k=" << c.k << ": " << names[i] << " max diff "
         << (fast[i] - ref[i]).abs().max().item<double>();

@@ -239,6 +239,14 @@ TEST_F(TrainRun, AModelThatCannotFitIsRefusedBeforeAllocating) {
   m.vocab_size = 400;
   TransformerLM small(m);
   EXPECT_NEAR(approx_parameters(m) / static_cast<double>(small->param_counts().total), 1.0, 0.05);
+  // and for GELU experts with biases (the upcycled ViT's kind) and a shared expert
+  m.ffn = "moe";
+  m.moe.layers = "all";
+  m.moe.activation = Activation::GELU;
+  m.moe.expert_bias = true;
+  m.moe.shared_hidden = 48;
+  TransformerLM gelu(m);
+  EXPECT_NEAR(approx_parameters(m) / static_cast<double>(gelu->param_counts().total), 1.0, 0.05);
 }
 
 // A run whose weights or loss go non-finite stops at that step, names the tensor, and never

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <regex>
 
 namespace mf::hf {
@@ -21,40 +22,77 @@ bool kept_name(const std::string& name) {
   return std::regex_match(name, re);
 }
 
-std::string expert(const Arch& a, const std::string& prefix, int64_t e, const std::string& w) {
-  return fmt::format("{}{}.experts.{}.{}.weight", prefix, a.moe_module, e, w);
+// One rule per tensor of a MoE slot: our name after "model.layers.{i}.mlp." and the Hugging Face
+// tensors (after "model.layers.{i}.") whose rows it joins. Import concatenates them along dim 0;
+// export, the inverse, splits ours into as many equal row blocks. {moe}, {gate}, {up}, {down}
+// are the architecture's names (Arch), {e} the expert.
+enum class Stack { One, PerExpert, Shared };  // [..]; [E, ..] one per expert; [1, ..] the shared expert
+struct Rule {
+  std::string ours;
+  std::vector<std::string> hf;  // none: a buffer HF does not have (must be zero to export)
+  Stack stack = Stack::One;
+};
+
+const std::vector<Rule>& moe_rules() {
+  static const std::vector<Rule> rules = {
+      {"gate.weight", {"{moe}.gate.weight"}},
+      {"gate.selection_bias", {}},
+      {"experts.gate_up_proj", {"{moe}.experts.{e}.{gate}.weight", "{moe}.experts.{e}.{up}.weight"}, Stack::PerExpert},
+      {"experts.down_proj", {"{moe}.experts.{e}.{down}.weight"}, Stack::PerExpert},
+      {"shared_experts.gate_up_proj",
+       {"mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight"},
+       Stack::Shared},
+      {"shared_experts.down_proj", {"mlp.shared_expert.down_proj.weight"}, Stack::Shared},
+      {"shared_gate.weight", {"mlp.shared_expert_gate.weight"}},
+  };
+  return rules;
+}
+
+const Rule* rule_for(const std::string& rest) {
+  for (auto& r : moe_rules())
+    if (r.ours == rest) return &r;
+  return nullptr;
+}
+
+std::string hf_name(const Arch& a, const std::string& prefix, std::string pattern, int64_t e) {
+  const std::pair<const char*, std::string> fields[] = {{"{moe}", a.moe_module},
+                                                        {"{gate}", a.w_gate},
+                                                        {"{up}", a.w_up},
+                                                        {"{down}", a.w_down},
+                                                        {"{e}", std::to_string(e)}};
+  for (auto& [key, value] : fields)
+    for (size_t at = pattern.find(key); at != std::string::npos; at = pattern.find(key))
+      pattern.replace(at, std::strlen(key), value);
+  return prefix + pattern;
 }
 
 }  // namespace
 
 at::Tensor import_tensor(const Arch& a, const std::string& name, at::IntArrayRef shape, const ReadHf& read,
                          std::vector<std::string>& used) {
-  auto get = [&](const std::string& hf) {
-    used.push_back(hf);
-    return read(hf);
-  };
   at::Tensor t;
   const auto [prefix, rest] = split_mlp(name);
-  if (rest == "gate.weight") {
-    t = get(prefix + a.moe_module + ".gate.weight");
-  } else if (rest == "gate.selection_bias") {
-    t = at::zeros(shape, at::kFloat);  // HF routers have no selection bias
-  } else if (rest == "experts.gate_up_proj" || rest == "experts.down_proj") {
-    std::vector<at::Tensor> per_expert;
-    for (int64_t e = 0; e < shape[0]; ++e)
-      per_expert.push_back(rest == "experts.down_proj"
-                               ? get(expert(a, prefix, e, a.w_down))
-                               : at::cat({get(expert(a, prefix, e, a.w_gate)), get(expert(a, prefix, e, a.w_up))}));
-    t = at::stack(per_expert);
-  } else if (rest == "shared_experts.gate_up_proj") {
-    t = at::cat({get(prefix + "mlp.shared_expert.gate_proj.weight"), get(prefix + "mlp.shared_expert.up_proj.weight")})
-            .unsqueeze(0);
-  } else if (rest == "shared_experts.down_proj") {
-    t = get(prefix + "mlp.shared_expert.down_proj.weight").unsqueeze(0);
-  } else if (rest == "shared_gate.weight") {
-    t = get(prefix + "mlp.shared_expert_gate.weight");
+  if (const Rule* r = rule_for(rest)) {
+    const auto joined = [&](int64_t e) {
+      std::vector<at::Tensor> parts;
+      for (auto& pattern : r->hf) {
+        used.push_back(hf_name(a, prefix, pattern, e));
+        parts.push_back(read(used.back()));
+      }
+      return at::cat(parts);
+    };
+    if (r->hf.empty()) {
+      t = at::zeros(shape, at::kFloat);
+    } else if (r->stack == Stack::PerExpert) {
+      std::vector<at::Tensor> experts;
+      for (int64_t e = 0; e < shape[0]; ++e) experts.push_back(joined(e));
+      t = at::stack(experts);
+    } else {
+      t = r->stack == Stack::Shared ? joined(0).unsqueeze(0) : joined(0);
+    }
   } else if (kept_name(name)) {
-    t = get(name);
+    used.push_back(name);
+    t = read(name);
   } else {
     throw FormatError(fmt::format("import: the model's tensor '{}' has no Hugging Face source", name));
   }
@@ -66,39 +104,30 @@ at::Tensor import_tensor(const Arch& a, const std::string& name, at::IntArrayRef
 
 NamedTensors export_tensor(const Arch& a, const std::string& name, const at::Tensor& t) {
   const auto [prefix, rest] = split_mlp(name);
-  if (rest == "gate.weight") return {{prefix + a.moe_module + ".gate.weight", t}};
-  if (rest == "gate.selection_bias") {
+  const Rule* r = rule_for(rest);
+  if (!r) {
+    if (kept_name(name)) return {{name, t}};
+    throw ConfigError(fmt::format(
+        "export: tensor '{}' has no Hugging Face equivalent (a method's own tensor: only the engine's MoE, dense "
+        "SwiGLU and attention tensors export; see src/io/hf/README.md)",
+        name));
+  }
+  if (r->hf.empty()) {
     if (t.abs().max().item<double>() != 0)
       throw ConfigError(fmt::format(
           "export: '{}' is non-zero (aux-loss-free balancing); Hugging Face routers have no selection bias", name));
     return {};
   }
-  if (rest == "experts.gate_up_proj") {
-    NamedTensors out;
-    const int64_t F = t.size(1) / 2;
-    for (int64_t e = 0; e < t.size(0); ++e) {
-      out.emplace_back(expert(a, prefix, e, a.w_gate), t[e].narrow(0, 0, F));
-      out.emplace_back(expert(a, prefix, e, a.w_up), t[e].narrow(0, F, F));
-    }
-    return out;
-  }
-  if (rest == "experts.down_proj") {
-    NamedTensors out;
-    for (int64_t e = 0; e < t.size(0); ++e) out.emplace_back(expert(a, prefix, e, a.w_down), t[e]);
-    return out;
-  }
-  if (rest == "shared_experts.gate_up_proj") {
-    const int64_t S = t.size(1) / 2;
-    return {{prefix + "mlp.shared_expert.gate_proj.weight", t[0].narrow(0, 0, S)},
-            {prefix + "mlp.shared_expert.up_proj.weight", t[0].narrow(0, S, S)}};
-  }
-  if (rest == "shared_experts.down_proj") return {{prefix + "mlp.shared_expert.down_proj.weight", t[0]}};
-  if (rest == "shared_gate.weight") return {{prefix + "mlp.shared_expert_gate.weight", t}};
-  if (kept_name(name)) return {{name, t}};
-  throw ConfigError(fmt::format(
-      "export: tensor '{}' has no Hugging Face equivalent (a method's own tensor: only the engine's MoE, dense "
-      "SwiGLU and attention tensors export; see src/io/hf/README.md)",
-      name));
+  NamedTensors out;
+  const auto split = [&](const at::Tensor& w, int64_t e) {
+    const auto n = static_cast<int64_t>(r->hf.size()), rows = w.size(0) / n;
+    for (int64_t i = 0; i < n; ++i) out.emplace_back(hf_name(a, prefix, r->hf[i], e), w.narrow(0, i * rows, rows));
+  };
+  if (r->stack == Stack::PerExpert)
+    for (int64_t e = 0; e < t.size(0); ++e) split(t[e], e);
+  else
+    split(r->stack == Stack::Shared ? t[0] : t, 0);
+  return out;
 }
 
 bool ignorable_hf_tensor(const std::string& hf_name, bool tied) {

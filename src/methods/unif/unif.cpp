@@ -152,8 +152,8 @@ void register_unif() {
   });
   MethodInfo info{"unif", "UniF-MoE", "UniF-MoE activated blocks",
                   "C_B = b + k (B - b) expert blocks per token (top-k activates k B); b: shared blocks, k: residual "
-                  "experts.",
-                  "activated blocks C_B per token"};
+                  "experts."};
+  info.units = "activated blocks C_B per token";
   info.facts = {"model.moe.unif.blocks"};
   info.enabled = [](const Config& c) { return c.model.moe.section<UniFConfig>().blocks > 0; };
   info.accounting = unif_accounting;

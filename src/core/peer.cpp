@@ -1,11 +1,11 @@
-#include "cli/peer.h"
+#include "core/peer.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
 
-namespace mf::cli {
+namespace mf {
 
 nlohmann::json run_peer(const std::string& script, const std::string& args, bool default_env) {
   if (!std::filesystem::exists(script)) return {{"skipped", "peer script not found: " + script}};
@@ -24,4 +24,4 @@ nlohmann::json run_peer(const std::string& script, const std::string& args, bool
   return nlohmann::json::parse(line);
 }
 
-}  // namespace mf::cli
+}  // namespace mf

@@ -1,0 +1,253 @@
+#include "train/kernel_cases.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <memory>
+
+#include "core/timing.h"
+#include "model/small_attention.h"
+#include "moe/banks.h"
+#include "moe/combine.h"
+#include "moe/fused_units.h"
+#include "moe/grouped_ffn.h"
+#include "train/fused_adamw.h"
+
+namespace mf {
+namespace {
+
+using Outputs = std::vector<at::Tensor>;
+
+// Seeded float64 values cast to the case's dtype: the float32 and float64 tables see the same inputs.
+at::Tensor input(at::IntArrayRef shape, at::ScalarType dtype, bool grad = false) {
+  auto t = torch::randn(shape, torch::kFloat64).to(dtype);
+  return grad ? t.requires_grad_(true) : t;
+}
+
+// The output of f and the gradients of `leaves` under the upstream gradient `up`.
+Outputs forward_backward(const std::function<at::Tensor()>& f, const std::vector<at::Tensor>& leaves,
+                         const at::Tensor& up) {
+  for (auto x : leaves) x.mutable_grad() = at::Tensor();
+  auto y = f();
+  y.backward(up);
+  Outputs out{y.detach()};
+  for (auto& x : leaves) out.push_back(x.grad().clone());
+  return out;
+}
+
+// P pairs sorted by unit (tokens ascending within a unit) over U units and T tokens, as the
+// dispatcher hands them over; counts_U per unit
+struct Pairs {
+  at::Tensor token_P, unit_P, counts_U;
+};
+Pairs sorted_pairs(int64_t T, int64_t U, int64_t P) {
+  auto key_P = std::get<0>(torch::randint(U * T, {P}, torch::kLong).sort());
+  Pairs p{key_P.remainder(T), key_P.div(T, "floor"), {}};
+  p.counts_U = torch::bincount(p.unit_P, {}, U);
+  return p;
+}
+
+KernelCase combine_case(CaseSize size, at::ScalarType dtype) {
+  const int64_t T = size == CaseSize::Perf ? 4096 : 37, D = size == CaseSize::Perf ? 512 : 24, P = T * 8;
+  auto out = input({P, D}, dtype, true), weight = input({P}, dtype, true), up = input({T, D}, dtype);
+  auto token = torch::randint(0, T, {P}, torch::kLong);
+  KernelCase c{"combine (weighted scatter-add), fwd+bwd", fmt::format("P={} T={} D={}", P, T, D), 5.0 * P * D, 1e-6};
+  c.ours = [=] { return forward_backward([=] { return combine(out, token, weight, T); }, {out, weight}, up); };
+  c.reference = [=] {
+    return forward_backward(
+        [=] {
+          return torch::zeros({T, D}, out.options()).index_add(0, token, out * weight.unsqueeze(1));
+        },
+        {out, weight}, up);
+  };
+  return c;
+}
+
+KernelCase gather_case(CaseSize size, at::ScalarType dtype) {
+  const int64_t T = size == CaseSize::Perf ? 4096 : 37, D = size == CaseSize::Perf ? 512 : 24, P = T * 8;
+  auto x = input({T, D}, dtype, true), up = input({P, D}, dtype);
+  auto token = torch::randint(0, T, {P}, torch::kLong);
+  KernelCase c{"gather rows (combine's adjoint), fwd+bwd", fmt::format("P={} T={} D={}", P, T, D),
+               static_cast<double>(P * D), 1e-6};
+  c.ours = [=] { return forward_backward([=] { return gather_rows(x, token); }, {x}, up); };
+  c.reference = [=] { return forward_backward([=] { return x.index_select(0, token); }, {x}, up); };
+  return c;
+}
+
+// SwiGLU experts unit by unit: down_e (silu(gate_e x) * up_e x) on each unit's rows
+at::Tensor units_loop(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down, const Pairs& p) {
+  const int64_t F = down.size(2);
+  std::vector<at::Tensor> outs;
+  int64_t start = 0;
+  for (int64_t e = 0; e < gate_up.size(0); ++e) {
+    const int64_t n = p.counts_U[e].item<int64_t>();
+    auto h = rows_PD.narrow(0, start, n).matmul(gate_up[e].t());
+    outs.push_back((torch::silu(h.narrow(1, 0, F)) * h.narrow(1, F, F)).matmul(down[e].t()));
+    start += n;
+  }
+  return torch::cat(outs);
+}
+
+KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t T = perf ? 4096 : 29, D = perf ? 512 : 16, E = perf ? 64 : 6, k = perf ? 8 : 2, F = perf ? 128 : 12;
+  const int64_t P = T * k;
+  const auto pairs = sorted_pairs(T, E, P);
+  auto gate_up = input({E, 2 * F, D}, dtype, true), down = input({E, D, F}, dtype, true);
+  auto rows = input({P, D}, dtype, true), up = input({P, D}, dtype);
+  KernelCase c{"grouped units (training), fwd+bwd", fmt::format("P={} D={} E={} F={} SwiGLU", P, D, E, F),
+               18.0 * P * D * F, 1e-5};
+  c.ours = [=] {
+    return forward_backward([=] { return grouped_ffn(rows, gate_up, down, pairs.counts_U, true); },
+                            {rows, gate_up, down}, up);
+  };
+  c.reference = [=] {
+    return forward_backward([=] { return units_loop(rows, gate_up, down, pairs); }, {rows, gate_up, down}, up);
+  };
+  return c;
+}
+
+// Inference over whole experts (top-2) or UniF-MoE's blocks (B = 8, ~13 units per token), GELU
+// with biases as `bench unif`: the chunked path, or the fused kernel, against gather -> units -> combine.
+KernelCase units_case(CaseSize size, at::ScalarType dtype, int64_t blocks, bool fused) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t T = perf ? 4096 : 53, D = perf ? 384 : 20, F = perf ? 1536 : 24, E = 7, U = E * blocks;
+  const int64_t P = T * (blocks == 1 ? 2 : 13);
+  auto bank = std::make_shared<ExpertBank>(E, D, F, Activation::GELU, /*bias=*/true);
+  {
+    torch::NoGradGuard g;
+    for (auto& w : bank->parameters()) w.copy_(input(w.sizes(), torch::kFloat64));
+  }
+  bank->to(dtype);
+  const auto pairs = sorted_pairs(T, U, P);
+  auto x = input({T, D}, dtype), weight = torch::rand({P}, torch::kFloat64).to(dtype);
+  const auto out_bias = blocks == 1 ? bank->down_proj_bias : at::Tensor();
+  KernelCase c{
+      fmt::format("{} units, inference ({})", fused ? "fused" : "combined", blocks == 1 ? "whole experts" : "blocks"),
+      fmt::format("T={} D={} F={} E={} B={} P={} GELU", T, D, F, E, blocks, P), 4.0 * P * D * F / blocks, 1e-5};
+  if (fused && !fused_units_available(x)) {
+    c.runs = false;
+    c.why = dtype == at::kFloat ? "needs an AVX-512 CPU (MOEFORGE_SIMD may cap this one's)" : "float32 only";
+  }
+  c.ours = [=] {
+    torch::NoGradGuard g;
+    return Outputs{grouped_ffn_combined(x, pairs.token_P, weight, pairs.counts_U, bank->gate_up_proj, bank->down_proj,
+                                        false, bank->gate_up_proj_bias, out_bias, blocks, kCombinedChunkHidden,
+                                        fused ? bank->unit_pack() : nullptr)};
+  };
+  c.reference = [=] {
+    torch::NoGradGuard g;
+    ExpertBlocks units(*bank, blocks);
+    auto rows = x.index_select(0, pairs.token_P);
+    auto out = blocks == 1 ? bank->forward_grouped(rows, pairs.counts_U) : units.forward_grouped(rows, pairs.counts_U);
+    return Outputs{torch::zeros_like(x).index_add(0, pairs.token_P, out * weight.unsqueeze(1))};
+  };
+  return c;
+}
+
+KernelCase attention_case(CaseSize size, at::ScalarType dtype) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t B = perf ? 128 : 3, H = 4, N = 17, Dh = perf ? 24 : 8;  // the Fashion-MNIST ViT
+  auto qkv = input({B, N, 3, H, Dh}, dtype, true), up = input({B, N, H, Dh}, dtype);
+  KernelCase c{"small attention, fwd+bwd", fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh), 12.0 * B * H * N * N * Dh,
+               1e-5};
+  c.ours = [=] { return forward_backward([=] { return small_attention_packed(qkv, false); }, {qkv}, up); };
+  c.reference = [=] {
+    return forward_backward(
+        [=] {
+          auto heads = qkv.permute({2, 0, 3, 1, 4});
+          auto s = torch::matmul(heads[0], heads[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+          return torch::matmul(torch::softmax(s, -1), heads[2]).transpose(1, 2);
+        },
+        {qkv}, up);
+  };
+  return c;
+}
+
+KernelCase adamw_case(CaseSize size, at::ScalarType dtype) {
+  // perf: the quickstart model's tensors (embedding, head, per layer experts and attention)
+  std::vector<std::vector<int64_t>> shapes = {{37, 5}, {300000}};
+  if (size == CaseSize::Perf) {
+    shapes = {{8192, 256}, {8192, 256}};
+    for (int l = 0; l < 4; ++l)
+      for (std::vector<int64_t> s : {std::vector<int64_t>{8, 704, 256}, {8, 256, 352}, {256, 256}, {128, 256}})
+        shapes.push_back(s);
+  }
+  int64_t n = 0;
+  for (auto& s : shapes) n += c10::multiply_integers(s);
+  std::vector<at::Tensor> start, grads;
+  for (auto& s : shapes) start.push_back(input(s, dtype)), grads.push_back(input(s, dtype));
+  const auto opts = torch::optim::AdamWOptions(1e-3).weight_decay(0.1);
+  // three steps from the same start: a fresh optimizer per call, so every call does the same work
+  auto steps = [=](bool fused) {
+    std::vector<at::Tensor> params;
+    for (auto& t : start) {
+      params.push_back(t.clone().requires_grad_(true));
+      params.back().mutable_grad() = grads[params.size() - 1];
+    }
+    std::unique_ptr<torch::optim::AdamW> opt =
+        fused ? std::make_unique<FusedAdamW>(params, opts) : std::make_unique<torch::optim::AdamW>(params, opts);
+    for (int i = 0; i < 3; ++i) opt->step();
+    Outputs out;
+    for (auto& p : params) out.push_back(p.detach());
+    return out;
+  };
+  KernelCase c{"AdamW, 3 steps", fmt::format("{:.2f} M parameters in {} tensors", n / 1e6, shapes.size()), 3.0 * 14 * n,
+               1e-6};
+  c.ours = [=] { return steps(true); };
+  c.reference = [=] { return steps(false); };
+  return c;
+}
+
+}  // namespace
+
+std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
+  torch::manual_seed(0);
+  return {combine_case(size, dtype),         gather_case(size, dtype),          grouped_case(size, dtype),
+          units_case(size, dtype, 1, false), units_case(size, dtype, 8, false), units_case(size, dtype, 1, true),
+          units_case(size, dtype, 8, true),  attention_case(size, dtype),       adamw_case(size, dtype)};
+}
+
+double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  TORCH_CHECK(a.size() == b.size(), "relative_error: ", a.size(), " outputs against ", b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto ref = b[i].to(at::kDouble);
+    const double diff = (a[i].to(at::kDouble) - ref).abs().max().item<double>();
+    const double scale = ref.abs().max().item<double>();
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
+ResultTable bench_kernels(int iters) {
+  ResultTable table({{"kernel", "kernel", "", -42},
+                     {"shape", "shape", "", -42},
+                     {"ours_ms", "ours ms", "{:.2f}", 9},
+                     {"libtorch_ms", "LibTorch ms", "{:.2f}", 12},
+                     {"speed_up", "speed-up", "{:.2f}x", 8},
+                     {"gflops", "GFLOP/s", "{:.1f}", 8},
+                     {"relative_error", "rel. err", "{:.1e}", 9}});
+  for (auto& c : kernel_cases(CaseSize::Perf, at::kFloat)) {
+    if (!c.runs) {
+      table.add({{"kernel", c.kernel}, {"shape", c.shape}, {"flops", c.flops}, {"note", "not run: " + c.why}});
+      continue;
+    }
+    const double error = relative_error(c.ours(), c.reference());
+    const double ours = best_seconds(iters, c.ours), theirs = best_seconds(iters, c.reference);
+    table.add({{"kernel", c.kernel},
+               {"shape", c.shape},
+               {"flops", c.flops},
+               {"ours_s", ours},
+               {"libtorch_s", theirs},
+               {"ours_ms", 1e3 * ours},
+               {"libtorch_ms", 1e3 * theirs},
+               {"speed_up", theirs / ours},
+               {"gflops", c.flops / ours / 1e9},
+               {"relative_error", error}});
+  }
+  return table;
+}
+
+}  // namespace mf

@@ -1,0 +1,72 @@
+#include "train/moe_bench.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "core/peer.h"
+#include "core/timing.h"
+#include "moe/dispatch.h"
+#include "moe/routers.h"
+
+namespace mf {
+
+std::vector<MoEBenchShape> moe_bench_shapes(const std::string& which) {
+  std::vector<MoEBenchShape> shapes;
+  if (which == "coarse" || which == "all") shapes.push_back({"coarse", 8192, 512, 8, 2, 1024});
+  if (which == "fine" || which == "all") shapes.push_back({"fine", 4096, 512, 64, 8, 128});
+  if (which == "finer" || which == "all") shapes.push_back({"finer", 4096, 512, 128, 8, 64});
+  if (which == "scaling")
+    for (int64_t E = 8; E <= 256; E *= 2)
+      shapes.push_back({fmt::format("E{}", E), 4096, 512, E, E / 8, 1024 / (E / 8)});
+  if (shapes.empty()) throw std::invalid_argument("bench moe --shape: coarse, fine, finer, all or scaling");
+  return shapes;
+}
+
+ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int threads, const std::string& peer) {
+  ResultTable table({{"shape", "shape", "", -8},
+                     {"impl", "implementation", "", -22},
+                     {"tokens_per_s", "tokens/s", "{:.0f}", 10},
+                     {"gflops", "GFLOP/s", "{:.1f}", 10},
+                     {"vs_dense", "vs dense", "{:.2f}x", 9}});
+  torch::manual_seed(0);
+  for (const auto& s : shapes) {
+    RouterOptions ro;
+    ro.num_experts = s.E;
+    ro.top_k = s.k;
+    Router router(s.d, ro);
+    ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
+    auto x = torch::randn({s.T, s.d}).requires_grad_(true);
+    auto grad = torch::ones({s.T, s.d});
+    const double t_moe = best_seconds(iters, [&] {
+      auto r = router->forward(x);
+      dispatch(x, r.assignment, bank).y_TD.backward(grad);
+    });
+    const double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
+    const auto row = [&](const std::string& impl, double sec) {
+      table.add({{"shape", s.name},
+                 {"impl", impl},
+                 {"seconds", sec},
+                 {"tokens_per_s", static_cast<double>(s.T) / sec},
+                 {"gflops", s.flops() / sec / 1e9},
+                 {"vs_dense", t_dense / sec}});
+    };
+    row("moeforge MoE layer", t_moe);
+    row("dense SwiGLU (k*F)", t_dense);
+    if (peer.empty()) continue;
+    const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}", s.T,
+                                  s.d, s.E, s.k, s.F, iters, threads);
+    for (bool default_env : {false, true}) {
+      const std::string impl = default_env ? "python loop (default)" : "python loop (same env)";
+      const auto res = run_peer(peer, args, default_env);
+      if (res.contains("seconds"))
+        row(impl, res["seconds"].get<double>());
+      else
+        table.add({{"shape", s.name}, {"impl", impl}, {"note", res.value("skipped", std::string("no result"))}});
+    }
+  }
+  return table;
+}
+
+}  // namespace mf
