@@ -7,6 +7,7 @@
 
 #include "moe/banks.h"
 #include "moe/dispatch.h"
+#include "moe/fast_vs_reference.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 
@@ -66,19 +67,18 @@ TEST(ExpertBlocks, DispatchMatchesReferenceWithGradients) {
       ExpertBlocks units(bank, B);
       Assignment a{torch::randint(T, {P}, torch::kLong), torch::randint(E * B - 1, {P}, torch::kLong),
                    torch::randn({P}, torch::kFloat64), T, E * B};  // the last unit stays empty
+      const auto x = torch::arange(T * D, torch::kFloat64).view({T, D}).sin();
       auto run = [&](bool fast) {
-        auto x = torch::arange(T * D, torch::kFloat64).view({T, D}).sin().requires_grad_(true);
         for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
-        auto y = fast ? dispatch(x, a, units).y_TD : dense_reference(x, a, units);
-        (y * torch::cos(y.detach() * 3 + 1)).sum().backward();
-        return std::vector<at::Tensor>{y.detach(), x.grad(), bank.gate_up_proj.grad().clone(),
-                                       bank.down_proj.grad().clone(), bank.gate_up_proj_bias.grad().clone()};
+        return test::output_and_grads(
+            [&](const at::Tensor& x) { return fast ? dispatch(x, a, units).y_TD : dense_reference(x, a, units); }, x,
+            [&] {
+              return std::vector<at::Tensor>{bank.gate_up_proj.grad(), bank.down_proj.grad(),
+                                             bank.gate_up_proj_bias.grad()};
+            });
       };
-      auto fast = run(true), ref = run(false);
-      const char* names[] = {"output", "grad x", "grad gate_up", "grad down", "grad gate_up bias"};
-      for (size_t i = 0; i < fast.size(); ++i)
-        EXPECT_TRUE(torch::allclose(fast[i], ref[i], 1e-10, 1e-12))
-            << act << " B=" << B << ": " << names[i] << " max diff " << (fast[i] - ref[i]).abs().max().item<double>();
+      test::expect_close(run(true), run(false), {"output", "grad x", "grad gate_up", "grad down", "grad gate_up bias"},
+                         act + " B=" + std::to_string(B));
       EXPECT_FALSE(bank.down_proj_bias.grad().defined() && bank.down_proj_bias.grad().abs().sum().item<double>() > 0)
           << "block units never add the output bias";
     }
