@@ -95,42 +95,20 @@ void register_bench_commands(CLI::App& app) {
   intb->add_option("--json", intb_json, "also write the results as JSON");
   intb->callback([] {
     set_compute_threads(threads);
-    auto rows = bench_intb(io);
-    const auto& first = rows.front();
-    std::cout << fmt::format("{:>5} {:>10} {:>12} {:>9} {:>11} {:>13} {:>12} {:>15}\n", "E", "cached ms", "uncached ms",
-                             "vs E[0]", "cached MiB", "uncached MiB", "GFLOP/token", "uncached GFLOP");
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : rows) {
-      std::cout << fmt::format("{:>5} {:>10.3f} {:>12.3f} {:>8.2f}x {:>11.2f} {:>13.2f} {:>12.5f} {:>15.5f}\n", r.basis,
-                               1e3 * r.cached_seconds, 1e3 * r.uncached_seconds,
-                               r.cached_seconds / first.cached_seconds, r.cached_bytes / 1048576.0,
-                               r.uncached_bytes / 1048576.0, r.flops_cached * 1e-9, r.flops_uncached * 1e-9);
-      out.push_back({{"basis", r.basis},
-                     {"cached_seconds", r.cached_seconds},
-                     {"uncached_seconds", r.uncached_seconds},
-                     {"cached_bytes", r.cached_bytes},
-                     {"uncached_bytes", r.uncached_bytes},
-                     {"flops_cached", r.flops_cached},
-                     {"flops_uncached", r.flops_uncached}});
-    }
+    const auto inference = intb_inference_table(bench_intb(io));
+    std::cout << inference.text()
+              << fmt::format(
+                     "T = {} tokens per request, d = {}, internal width {}, K = {}, k = {}, {} threads; best "
+                     "of {} timed runs\n",
+                     io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, threads, io.iters);
+    const auto training = intb_training_table(bench_intb_training(io), io.train_tokens);
     std::cout << fmt::format(
-        "T = {} tokens per request, d = {}, internal width {}, K = {}, k = {}, {} threads; best "
-        "of {} timed runs\n",
-        io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, threads, io.iters);
-    const auto train = bench_intb_training(io);
-    std::cout << fmt::format(
-        "\nTraining step (forward + backward of {} tokens), slots with IntBMoE's parameters (E = {}):\n",
-        io.train_tokens, io.train_basis);
-    std::cout << fmt::format("{:<32} {:>12} {:>10} {:>12} {:>15}\n", "slot", "parameters", "ms", "tokens/s",
-                             "time / IntBMoE");
-    nlohmann::json training = nlohmann::json::array();
-    for (const auto& r : train) {
-      std::cout << fmt::format("{:<32} {:>12} {:>10.2f} {:>12.0f} {:>14.2f}x\n", r.label, r.parameters, 1e3 * r.seconds,
-                               io.train_tokens / r.seconds, r.seconds / train.front().seconds);
-      training.push_back({{"arm", r.arm}, {"parameters", r.parameters}, {"seconds", r.seconds}});
-    }
+                     "\nTraining step (forward + backward of {} tokens), slots with IntBMoE's parameters (E = {}):\n",
+                     io.train_tokens, io.train_basis)
+              << training.text();
     if (!intb_json.empty())
-      write_file_atomic(intb_json, nlohmann::json{{"inference", out}, {"training", training}}.dump(2) + "\n");
+      write_file_atomic(intb_json,
+                        nlohmann::json{{"inference", inference.json()}, {"training", training.json()}}.dump(2) + "\n");
   });
 
   auto* tok = bench->add_subcommand(

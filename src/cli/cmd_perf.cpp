@@ -144,23 +144,11 @@ void add_performance_benches(CLI::App* bench) {
   sv->add_option("--json", serve_json, "also write the results as JSON");
   sv->callback([] {
     set_compute_threads(threads);
-    nlohmann::json js = nlohmann::json::array();
-    std::cout << fmt::format("{:>7} {:>9} {:>8} {:>10} {:>9} {:>9} {:>14}\n", "clients", "requests", "tokens",
-                             "tokens/s", "p50 ms", "p95 ms", "rows per step");
-    for (const auto& r : bench_serve(serve_source, serve_clients, serve_requests, serve_tokens)) {
-      std::cout << fmt::format("{:>7} {:>9} {:>8} {:>10.1f} {:>9.0f} {:>9.0f} {:>14.2f}\n", r.clients, r.requests,
-                               r.tokens, r.tokens_per_s, r.p50_ms, r.p95_ms, r.rows_per_step);
-      js.push_back({{"clients", r.clients},
-                    {"requests", r.requests},
-                    {"tokens", r.tokens},
-                    {"tokens_per_s", r.tokens_per_s},
-                    {"p50_ms", r.p50_ms},
-                    {"p95_ms", r.p95_ms},
-                    {"rows_per_step", r.rows_per_step}});
-    }
+    const auto table = serve_bench_table(bench_serve(serve_source, serve_clients, serve_requests, serve_tokens));
+    std::cout << table.text();
     std::cout << fmt::format("{} on loopback, {} threads, temperature 0.8, {} tokens per request\n", serve_source,
                              threads, serve_tokens);
-    if (!serve_json.empty()) write_file_atomic(serve_json, js.dump(2) + "\n");
+    if (!serve_json.empty()) write_file_atomic(serve_json, table.json().dump(2) + "\n");
   });
 
   auto* kernels = bench->add_subcommand(

@@ -93,4 +93,23 @@ std::vector<ServeBenchRow> bench_serve(const std::string& source, const std::vec
   return rows;
 }
 
+ResultTable serve_bench_table(const std::vector<ServeBenchRow>& rows) {
+  ResultTable t({{"clients", "clients", "", 7},
+                 {"requests", "requests", "", 9},
+                 {"tokens", "tokens", "", 8},
+                 {"tokens_per_s", "tokens/s", "{:.1f}", 10},
+                 {"p50_ms", "p50 ms", "{:.0f}", 9},
+                 {"p95_ms", "p95 ms", "{:.0f}", 9},
+                 {"rows_per_step", "rows per step", "{:.2f}", 14}});
+  for (const auto& r : rows)
+    t.add({{"clients", r.clients},
+           {"requests", r.requests},
+           {"tokens", r.tokens},
+           {"tokens_per_s", r.tokens_per_s},
+           {"p50_ms", r.p50_ms},
+           {"p95_ms", r.p95_ms},
+           {"rows_per_step", r.rows_per_step}});
+  return t;
+}
+
 }  // namespace mf

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "core/table.h"
 
 namespace mf {
 
@@ -16,6 +17,8 @@ struct ServeBenchRow {
 // `source`: a TOML config (random weights of that shape, the tokenizer of its data.dir) or a
 // checkpoint. Each client sends `requests` completions of `max_tokens` tokens one after another
 // (sampled at temperature 0.8 with its own seed; one prompt, so every row has one length).
+// The rows as printed and written by `bench serve`.
+ResultTable serve_bench_table(const std::vector<ServeBenchRow>& rows);
 std::vector<ServeBenchRow> bench_serve(const std::string& source, const std::vector<int64_t>& clients, int64_t requests,
                                        int64_t max_tokens);
 

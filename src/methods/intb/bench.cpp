@@ -104,4 +104,48 @@ std::vector<IntBTrainRow> bench_intb_training(const IntBBenchOptions& o) {
   return rows;
 }
 
+ResultTable intb_inference_table(const std::vector<IntBBenchRow>& rows) {
+  ResultTable t({{"basis", "E", "", 5},
+                 {"cached_ms", "cached ms", "{:.3f}", 10},
+                 {"uncached_ms", "uncached ms", "{:.3f}", 12},
+                 {"vs_first", "vs E[0]", "{:.2f}x", 9},
+                 {"cached_mib", "cached MiB", "{:.2f}", 11},
+                 {"uncached_mib", "uncached MiB", "{:.2f}", 13},
+                 {"gflop_per_token", "GFLOP/token", "{:.5f}", 12},
+                 {"uncached_gflop_per_token", "uncached GFLOP", "{:.5f}", 15}});
+  for (const auto& r : rows)
+    t.add({{"basis", r.basis},
+           {"cached_seconds", r.cached_seconds},
+           {"uncached_seconds", r.uncached_seconds},
+           {"cached_bytes", r.cached_bytes},
+           {"uncached_bytes", r.uncached_bytes},
+           {"flops_cached", r.flops_cached},
+           {"flops_uncached", r.flops_uncached},
+           {"cached_ms", 1e3 * r.cached_seconds},
+           {"uncached_ms", 1e3 * r.uncached_seconds},
+           {"vs_first", r.cached_seconds / rows.front().cached_seconds},
+           {"cached_mib", static_cast<double>(r.cached_bytes) / 1048576.0},
+           {"uncached_mib", static_cast<double>(r.uncached_bytes) / 1048576.0},
+           {"gflop_per_token", static_cast<double>(r.flops_cached) * 1e-9},
+           {"uncached_gflop_per_token", static_cast<double>(r.flops_uncached) * 1e-9}});
+  return t;
+}
+
+ResultTable intb_training_table(const std::vector<IntBTrainRow>& rows, int64_t train_tokens) {
+  ResultTable t({{"label", "slot", "", -36},
+                 {"parameters", "parameters", "", 12},
+                 {"ms", "ms", "{:.2f}", 10},
+                 {"tokens_per_s", "tokens/s", "{:.0f}", 12},
+                 {"vs_intb", "time / IntBMoE", "{:.2f}x", 15}});
+  for (const auto& r : rows)
+    t.add({{"arm", r.arm},
+           {"label", r.label},
+           {"parameters", r.parameters},
+           {"seconds", r.seconds},
+           {"ms", 1e3 * r.seconds},
+           {"tokens_per_s", static_cast<double>(train_tokens) / r.seconds},
+           {"vs_intb", r.seconds / rows.front().seconds}});
+  return t;
+}
+
 }  // namespace mf

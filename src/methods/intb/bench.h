@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/table.h"
+
 namespace mf {
 
 struct IntBBenchOptions {
@@ -33,5 +35,9 @@ struct IntBTrainRow {
 };
 // The IntBMoE slot (E = train_basis) and the repro's baselines at its parameter count.
 std::vector<IntBTrainRow> bench_intb_training(const IntBBenchOptions& opt);
+
+// `bench intb`'s two tables (inference as the pool grows; the training step against the baselines)
+ResultTable intb_inference_table(const std::vector<IntBBenchRow>& rows);
+ResultTable intb_training_table(const std::vector<IntBTrainRow>& rows, int64_t train_tokens);
 
 }  // namespace mf
