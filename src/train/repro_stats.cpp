@@ -97,6 +97,10 @@ PairedDifference paired_difference(const std::vector<double>& a, const std::vect
 
 PairedDifference paired_from(double mean, double se, size_t seeds, int64_t dof) { return {mean, se, seeds, dof}; }
 
+std::vector<double> seed_values(const nlohmann::json& arm, const std::string& key) {
+  return arm.value(key, nlohmann::json::array()).get<std::vector<double>>();
+}
+
 nlohmann::json direction_json(const Direction& d, const PairedDifference& p) {
   nlohmann::json j = {{"text", d.text},       {"want_positive", d.want_positive},
                       {"primary", d.primary}, {"difference", d.scale * p.mean},

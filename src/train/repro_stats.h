@@ -60,6 +60,8 @@ struct Direction {
 // and "early" ({difference, se, seeds, dof}: the same direction from the held-out losses at 80 % of
 // the steps) where the driver adds it.
 nlohmann::json direction_json(const Direction& d, const PairedDifference& p);
+// An arm's per-seed values under `key` in results.json ({} when it has none).
+std::vector<double> seed_values(const nlohmann::json& arm, const std::string& key);
 // One markdown line for a direction_json entry, the verdict recomputed from its numbers (a stale
 // call in the file cannot survive a re-render), or no verdict with the reason `withheld`:
 // "- **[primary]** TEXT: +0.0123 (95 % CI +0.0010 to +0.0236, n = 5; detectable at this n: ±0.0113);

@@ -152,7 +152,7 @@ namespace {
 
 // A finished run's quality: validation loss (LM: mean over the domains) and, for the ViT,
 // accuracy in points; "_80": at 80 % of the steps.
-void collect_quality(nlohmann::json& arm, const std::string& dir, const Config& cfg) {
+void collect_intb_quality(nlohmann::json& arm, const std::string& dir, const Config& cfg) {
   const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
   nlohmann::json at80;
   for (const auto& r : read_metrics(dir + "/metrics.jsonl"))
@@ -165,10 +165,6 @@ void collect_quality(nlohmann::json& arm, const std::string& dir, const Config& 
     arm["accuracy_80"].push_back(at80.is_null() ? nlohmann::json()
                                                 : nlohmann::json(100 * at80["val_accuracy"].get<double>()));
   }
-}
-
-std::vector<double> values(const nlohmann::json& arm, const std::string& key) {
-  return arm.value(key, nlohmann::json::array()).get<std::vector<double>>();
 }
 
 // Per probed seed, the cheapest basis removal's loss increase (over every slot and basis).
@@ -185,15 +181,15 @@ std::vector<double> cheapest_removals(const nlohmann::json& probes) {
 
 // The directions, chosen before running. Primary: IntBMoE beats top-2, the dense backbone and
 // SMEAR as the paper matches them (top-2 on images is the headline).
-void add_directions(nlohmann::json& r) {
+void add_intb_directions(nlohmann::json& r) {
   const bool vision = r["setup"]["task"] == "classify";
   const auto& a = r["arms"];
   auto& dirs = r["directions"];
   auto beats = [&](const std::string& x, const std::string& y, bool primary, std::optional<PaperEffect> paper,
                    const std::string& text) {
     if (!a.contains(x) || !a.contains(y)) return;
-    const auto d = vision ? paired_difference(values(a[x], "accuracy"), values(a[y], "accuracy"))
-                          : paired_difference(values(a[y], "val_loss"), values(a[x], "val_loss"));
+    const auto d = vision ? paired_difference(seed_values(a[x], "accuracy"), seed_values(a[y], "accuracy"))
+                          : paired_difference(seed_values(a[y], "val_loss"), seed_values(a[x], "val_loss"));
     const auto how =
         vision ? fmt::format("validation accuracy, {} - {}", x, y) : fmt::format("mean validation loss, {} - {}", y, x);
     dirs.push_back(direction_json(
@@ -312,7 +308,7 @@ nlohmann::json intb_repro(ReproArgs args, const IntBReproOptions& opt) {
     for (int64_t s = 0; s < seeds_of(arm); ++s) {
       const auto c = seed_config(arm, s);
       runs.push_back(run_variant(c));
-      collect_quality(a, runs.back(), c);
+      collect_intb_quality(a, runs.back(), c);
       if (arm.name == "intb" && s < probes)
         js["probes"].push_back(
             run_measure(runs.back(), "probe", [&] { return probe_of(runs.back(), base.eval.windows); }));
@@ -328,7 +324,7 @@ nlohmann::json intb_repro(ReproArgs args, const IntBReproOptions& opt) {
     return rows;
   });
   record_runs(js, runs);
-  add_directions_with_early(js, add_directions);
+  add_directions_with_early(js, add_intb_directions);
   return js;
 }
 

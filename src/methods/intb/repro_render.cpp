@@ -16,9 +16,9 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-bool vision(const nlohmann::json& js) { return js["setup"]["task"] == "classify"; }
+bool intb_vision(const nlohmann::json& js) { return js["setup"]["task"] == "classify"; }
 
-std::string mean_std(const nlohmann::json& v, int digits) {
+std::string intb_mean_std(const nlohmann::json& v, int digits) {
   Outcome o;
   o.loss = v.get<std::vector<double>>();
   if (o.loss.empty()) return "—";
@@ -26,9 +26,9 @@ std::string mean_std(const nlohmann::json& v, int digits) {
   return fmt::format("{:.{}f} ± {:.{}f}", o.mean(), digits, o.std(), digits);
 }
 
-std::string setup_paragraph(const nlohmann::json& js) {
+std::string intb_setup_paragraph(const nlohmann::json& js) {
   const auto& s = js["setup"];
-  const bool v = vision(js);
+  const bool v = intb_vision(js);
   const auto steps = v ? fmt::format("{} steps of {} images ({:.1f} epochs)", s["steps"].get<int64_t>(),
                                      s["batch_size"].get<int64_t>(), s["epochs"].get<double>())
                        : fmt::format("{} steps of {} x {} tokens", s["steps"].get<int64_t>(),
@@ -59,8 +59,8 @@ std::string setup_paragraph(const nlohmann::json& js) {
       s["threads"].get<int64_t>());
 }
 
-std::string arms_table(const nlohmann::json& js) {
-  const bool v = vision(js);
+std::string intb_arms_table(const nlohmann::json& js) {
+  const bool v = intb_vision(js);
   std::string md = fmt::format("| arm | matched | seeds | total parameters | executed per token | val loss |{}\n",
                                v ? " val accuracy % |" : "");
   md += v ? "|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|\n";
@@ -72,8 +72,8 @@ std::string arms_table(const nlohmann::json& js) {
                       : group == "total" ? "total parameters"
                                          : "ablation",
                       a["val_loss"].size(), a["parameters"].get<int64_t>(), a["executed"].get<int64_t>(),
-                      mean_std(a["val_loss"], 4));
-    md += v ? fmt::format(" {} |\n", mean_std(a["accuracy"], 2)) : "\n";
+                      intb_mean_std(a["val_loss"], 4));
+    md += v ? fmt::format(" {} |\n", intb_mean_std(a["accuracy"], 2)) : "\n";
   }
   return md + "\n";
 }
@@ -105,7 +105,7 @@ std::string probe_section(const nlohmann::json& js, const std::string& out) {
   md += "\nMean removal cost per block over the probed seeds (mean ± std): ";
   std::string sep;
   for (const auto& [layer, v] : mean_cost) {
-    md += fmt::format("{}block {}: {}", sep, layer, mean_std(nlohmann::json(v), 4));
+    md += fmt::format("{}block {}: {}", sep, layer, intb_mean_std(nlohmann::json(v), 4));
     sep = ", ";
   }
   return md +
@@ -133,7 +133,7 @@ std::string cache_section(const nlohmann::json& js) {
 }
 
 void write_quality_chart(const nlohmann::json& js, const std::string& out) {
-  const bool v = vision(js);
+  const bool v = intb_vision(js);
   std::vector<double> values;
   std::string names;
   for (const auto& name : js["order"]) {
@@ -151,10 +151,10 @@ void write_quality_chart(const nlohmann::json& js, const std::string& out) {
 
 std::string render_intb_results(const nlohmann::json& js, const std::string& out_dir) {
   write_quality_chart(js, out_dir);
-  const bool v = vision(js);
+  const bool v = intb_vision(js);
   std::string md =
       fmt::format("# IntBMoE in miniature ({})\n\n{}\n\n", v ? "Fashion-MNIST ViT" : "LM corpus", results_header(js));
-  md += setup_paragraph(js) + arms_table(js) + directions_section(js) + "\n" + probe_section(js, out_dir) +
+  md += intb_setup_paragraph(js) + intb_arms_table(js) + directions_section(js) + "\n" + probe_section(js, out_dir) +
         cache_section(js) + "Pictures: `arms.svg` (each arm's mean quality).\n";
   const auto span = loss_span(js);
   md += limits_section(

@@ -32,7 +32,7 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-struct Arm {
+struct LatentArm {
   std::string name, latent;  // model.moe.latent.shapes of the arm
   double deviation = 0;      // largest |relative deviation| of P, C, V, Q from the reference
 };
@@ -42,7 +42,7 @@ bool near_square(const MoELayerShape& s) {
 }
 
 // Every arm's run for every seed, seed-major (a stopped repro has whole seeds).
-std::vector<Config> arm_configs(const std::vector<Arm>& arms, const Config& base, int64_t seeds) {
+std::vector<Config> arm_configs(const std::vector<LatentArm>& arms, const Config& base, int64_t seeds) {
   std::vector<Config> out;
   for (int64_t s = 0; s < seeds; ++s)
     for (const auto& a : arms) {
@@ -58,7 +58,7 @@ std::vector<Config> arm_configs(const std::vector<Arm>& arms, const Config& base
 
 // Trains (or reuses) every arm for every seed; appends each run to `runs` and its loss to
 // js["arms"][name]["val_loss"].
-void train_arms(const std::vector<Arm>& arms, const Config& base, int64_t seeds, const std::string& part,
+void train_arms(const std::vector<LatentArm>& arms, const Config& base, int64_t seeds, const std::string& part,
                 nlohmann::json& js, std::vector<std::string>& runs) {
   const auto configs = arm_configs(arms, base, seeds);
   for (int64_t s = 0; s < seeds; ++s)
@@ -91,11 +91,11 @@ void require_near_square(const MoELayerShape& s, const std::string& which) {
 
 // The sweep's arms: l from `latents` (default: the reference's l x 1/2, 5/8, 1, 5/4, 2), m = l*m / l,
 // no shared expert; at least five aspects with two inside the near-square band.
-std::vector<Arm> sweep_arms(const MoELayerShape& ref, std::vector<int64_t> latents, int64_t d, int64_t layers,
-                            bool quick) {
+std::vector<LatentArm> sweep_arms(const MoELayerShape& ref, std::vector<int64_t> latents, int64_t d, int64_t layers,
+                                  bool quick) {
   const int64_t lm = ref.latent * ref.expert_hidden;
   if (latents.empty()) latents = {ref.latent / 2, ref.latent * 5 / 8, ref.latent, ref.latent * 5 / 4, ref.latent * 2};
-  std::vector<Arm> arms;
+  std::vector<LatentArm> arms;
   int64_t in_band = 0;
   for (int64_t l : latents) {
     if (l < 1 || l > d || lm % l != 0)
@@ -156,7 +156,7 @@ std::string square_arm(const nlohmann::json& js) {
   return best;
 }
 
-void add_directions(nlohmann::json& js, int64_t seeds) {
+void add_latent_directions(nlohmann::json& js, int64_t seeds) {
   auto& dirs = js["directions"];
   dirs.push_back(direction_json({"U shape: the quadratic coefficient of val loss in log2(l/m) is positive (one "
                                  "intercept per seed, every sweep run)",
@@ -265,10 +265,10 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
       return format_latent_shapes(v);
     };
     const double dev = std::max(sn.max_abs_deviation(), sw.max_abs_deviation());
-    std::vector<Arm> alloc = {{"two_segment", narrow_in(0, split), dev},
-                              {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation()},
-                              {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation()},
-                              {"swapped", narrow_in(split, L), dev}};
+    std::vector<LatentArm> alloc = {{"two_segment", narrow_in(0, split), dev},
+                                    {"uniform_narrow", repeat_shape(sn.rounded, L), sn.max_abs_deviation()},
+                                    {"uniform_wide", repeat_shape(sw.rounded, L), sw.max_abs_deviation()},
+                                    {"swapped", narrow_in(split, L), dev}};
     if (L - split != split) alloc.push_back({"reversed", narrow_in(L - split, L), dev});
     if (split - 1 >= 1) alloc.push_back({"boundary_minus_1", narrow_in(0, split - 1), dev});
     if (split + 1 <= L - 1) alloc.push_back({"boundary_plus_1", narrow_in(0, split + 1), dev});
@@ -280,13 +280,13 @@ nlohmann::json latent_repro(ReproArgs args, const LatentReproOptions& opt) {
     train_arms(alloc, base, args.seeds, "allocation", js, runs);
   }
   record_runs(js, runs);
-  add_directions_with_early(js, [&](nlohmann::json& r) { add_directions(r, args.seeds); });
+  add_directions_with_early(js, [&](nlohmann::json& r) { add_latent_directions(r, args.seeds); });
   return js;
 }
 
 namespace {
 
-std::string arms_table(const nlohmann::json& js, const std::string& part) {
+std::string latent_arms_table(const nlohmann::json& js, const std::string& part) {
   const bool sweep = part == "sweep";
   std::string md = sweep ? "| arm | l/m | model.moe.latent.shapes (every block) | layer parameters / MACs per token | "
                            "val loss |\n|---|---|---|---|---|\n"
@@ -308,7 +308,7 @@ std::string arms_table(const nlohmann::json& js, const std::string& part) {
   return md;
 }
 
-void write_pictures(const nlohmann::json& js, const std::string& out) {
+void write_latent_pictures(const nlohmann::json& js, const std::string& out) {
   Series u{"validation loss (mean over seeds)", {}, {}};
   for (const auto& n : js["order"]["sweep"]) {
     const auto& a = js["arms"][n.get<std::string>()];
@@ -329,7 +329,7 @@ void write_pictures(const nlohmann::json& js, const std::string& out) {
 }  // namespace
 
 std::string render_latent_results(const nlohmann::json& js, const std::string& out_dir) {
-  write_pictures(js, out_dir);
+  write_latent_pictures(js, out_dir);
   const auto& s = js["setup"];
   const auto& p = js["proxy"];
   const auto ref = parse_latent_shapes(s["reference"].get<std::string>())[0];
@@ -350,7 +350,7 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
       "expert's aspect changes; the latent projections (2·d·l per token) make the small cost differences in the "
       "table.\n\n{}\n![](shape_sweep.svg)\n\n",
       ref.latent * ref.expert_hidden, ref.num_experts, ref.top_k, s["sweep_moe_layers"].get<int64_t>(),
-      arms_table(js, "sweep"));
+      latent_arms_table(js, "sweep"));
   md += fmt::format(
       "## (2) ID-guided allocation, {} MoE layers\n\nProxy run: {} steps of the reference model; TwoNN ID per block "
       "({} of {} validation tokens, seed 0): {}.\n\n",
@@ -360,7 +360,7 @@ std::string render_latent_results(const nlohmann::json& js, const std::string& o
         "Split from the profile: blocks 0..{} narrow, the rest wide. Narrow layer {} ({}); wide layer {} ({}).\n\n{}\n",
         split - 1, p["narrow"]["shape"].get<std::string>(), p["narrow"]["deviations"].get<std::string>(),
         p["wide"]["shape"].get<std::string>(), p["wide"]["deviations"].get<std::string>(),
-        arms_table(js, "allocation"));
+        latent_arms_table(js, "allocation"));
   else
     md +=
         "**No ID-guided split at this scale**: no block boundary has every ID before it below every ID after it, so "

@@ -29,7 +29,7 @@ struct SftArm {
   std::string name, label;
   bool surgery = false, one_sided = false;
 };
-const std::vector<SftArm>& arms() {
+const std::vector<SftArm>& sft_arms() {
   static const std::vector<SftArm> a = {{"direct", "Direct SFT", false, false},
                                         {"umoe", "UMoE (symmetric perturbation)", true, false},
                                         {"one_sided", "UMoE, one-sided perturbation", true, true}};
@@ -243,7 +243,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   };
   share_training([&] {
     for (int64_t s = 0; s < args.seeds; ++s)
-      for (const auto& arm : arms()) {
+      for (const auto& arm : sft_arms()) {
         const auto cfg = finetune_config(arm, s);
         spdlog::info("repro umoe: {} seed {}", arm.label, s);
         run_variant(cfg, init_of(arm, cfg, s));
@@ -251,7 +251,7 @@ nlohmann::json umoe_repro(ReproArgs args, const UMoEReproOptions& opt) {
   });
   std::vector<std::string> runs = {pretrained};
   for (int64_t s = 0; s < args.seeds; ++s)
-    for (const auto& arm : arms()) {
+    for (const auto& arm : sft_arms()) {
       const auto cfg = finetune_config(arm, s);
       const auto dir = run_variant(cfg, init_of(arm, cfg, s));
       runs.push_back(dir);

@@ -16,17 +16,17 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kArms = {"direct", "umoe", "one_sided"};
+const std::vector<std::string> kUmoeArms = {"direct", "umoe", "one_sided"};
 
 // The per-seed values, empty when a seed lacks one (a fine-tune that never evaluated there).
-std::vector<double> values(const nlohmann::json& v) {
+std::vector<double> umoe_values(const nlohmann::json& v) {
   if (!v.is_array() || std::any_of(v.begin(), v.end(), [](const auto& x) { return x.is_null(); })) return {};
   return v.get<std::vector<double>>();
 }
 
-std::string mean_std(const nlohmann::json& v, double scale = 1, const std::string& unit = "") {
+std::string umoe_mean_std(const nlohmann::json& v, double scale = 1, const std::string& unit = "") {
   Outcome o;
-  o.loss = values(v);
+  o.loss = umoe_values(v);
   if (o.loss.empty()) return "—";
   const auto sd = o.loss.size() > 1 ? fmt::format("{:.4f}{}", scale * o.std(), unit) : std::string("n/a");
   return fmt::format("{:.4f}{} ± {}", scale * o.mean(), unit, sd);
@@ -62,12 +62,12 @@ std::string umoe_arms_table(const nlohmann::json& js, const std::string& domain)
       "| arm | {0} val loss | other domains' val loss | first train loss | final train loss | low-saliency half's "
       "routed share | {0} val loss with that half pruned |\n|---|---|---|---|---|---|---|\n",
       domain);
-  for (const auto& name : kArms) {
+  for (const auto& name : kUmoeArms) {
     const auto& a = js["arms"][name];
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", a["label"].get<std::string>(), mean_std(a["val_loss"]),
-                      mean_std(a["others"]), mean_std(a["first_train"]), mean_std(a["last_train"]),
-                      mean_std(a.value("low_share", nlohmann::json()), 100, " %"),
-                      mean_std(a.value("pruned_target", nlohmann::json())));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", a["label"].get<std::string>(),
+                      umoe_mean_std(a["val_loss"]), umoe_mean_std(a["others"]), umoe_mean_std(a["first_train"]),
+                      umoe_mean_std(a["last_train"]), umoe_mean_std(a.value("low_share", nlohmann::json()), 100, " %"),
+                      umoe_mean_std(a.value("pruned_target", nlohmann::json())));
   }
   return md + "\n";
 }
@@ -81,17 +81,17 @@ std::string points_table(const nlohmann::json& js, const std::string& domain) {
   const auto& a = js["arms"];
   for (size_t p = 0; p < js["points"].size(); ++p)
     md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", js["points"][p].get<int64_t>(),
-                      mean_std(a["direct"]["at"][p]["target"]), mean_std(a["umoe"]["at"][p]["target"]),
-                      mean_std(a["one_sided"]["at"][p]["target"]),
-                      paired(values(a["direct"]["at"][p]["target"]), values(a["umoe"]["at"][p]["target"])),
-                      paired(values(a["direct"]["at"][p]["others"]), values(a["umoe"]["at"][p]["others"])));
+                      umoe_mean_std(a["direct"]["at"][p]["target"]), umoe_mean_std(a["umoe"]["at"][p]["target"]),
+                      umoe_mean_std(a["one_sided"]["at"][p]["target"]),
+                      paired(umoe_values(a["direct"]["at"][p]["target"]), umoe_values(a["umoe"]["at"][p]["target"])),
+                      paired(umoe_values(a["direct"]["at"][p]["others"]), umoe_values(a["umoe"]["at"][p]["others"])));
   return md + "\n";
 }
 
 void write_umoe_pictures(const nlohmann::json& js, const std::string& out) {
   const auto domain = js["setup"]["domain"].get<std::string>();
   std::vector<Series> curves;
-  for (const auto& name : kArms) {
+  for (const auto& name : kUmoeArms) {
     const auto& a = js["arms"][name];
     const auto& runs = a["curves"];
     Series c{a["label"].get<std::string>(), runs[0]["steps"].get<std::vector<double>>(), {}};
@@ -139,7 +139,7 @@ std::string render_umoe_results(const nlohmann::json& js, const std::string& out
       "them costs -0.12 points there and -5.00 in the UMoE model; final training loss 0.396 (UMoE) vs 0.404.\n\n"
       "Pictures: `loss_curves.svg` (training loss, mean over seeds), `pretrained_saliency.svg` (the pretrained "
       "model's REAP saliency on `{}`).\n",
-      paired(values(js["arms"]["umoe"]["others"]), values(js["arms"]["direct"]["others"])), domain);
+      paired(umoe_values(js["arms"]["umoe"]["others"]), umoe_values(js["arms"]["direct"]["others"])), domain);
   const auto span = loss_span(js);
   md += limits_section(
       js, {"It can show whether, in a fine-grained MoE whose experts route the four domains differently (the JSD "

@@ -27,13 +27,13 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int64_t kTimingTokens = 2048;  // per slot call when re-timing
 
-struct Arm {
+struct UnifArm {
   std::string name, label, method;  // method: "" = the dense control
   std::vector<std::string> sets;
   bool primary = false;  // trained at every seed; the others at the first --secondary-seeds
 };
 
-std::vector<Arm> arms(const UniFReproOptions& o) {
+std::vector<UnifArm> unif_arms(const UniFReproOptions& o) {
   return {{"dense", "dense (fine-tuned as long)", "", {}, true},
           {"top2", "top-2 MoE", "topk", {}, true},
           {"unif", "UniF-MoE", "unif", {}, true},
@@ -73,9 +73,9 @@ struct Finetune {
   std::string init;
 };
 
-// Arm `arm`'s fine-tune at seed s: its config, and its upcycled initial weights (written by the
+// UnifArm `arm`'s fine-tune at seed s: its config, and its upcycled initial weights (written by the
 // part that trains it).
-Finetune finetune_of(const Arm& arm, int64_t s, const std::string& pretrained, const UniFReproOptions& opt,
+Finetune finetune_of(const UnifArm& arm, int64_t s, const std::string& pretrained, const UniFReproOptions& opt,
                      int64_t steps, const fs::path& work) {
   const auto name = fmt::format("unif-{}-s{}", arm.name, s);
   Finetune f{checkpoint_config(pretrained), pretrained};
@@ -101,7 +101,7 @@ Finetune finetune_of(const Arm& arm, int64_t s, const std::string& pretrained, c
 
 // The quality of a run in the task's own terms: the LM's target-domain loss (and the others'
 // mean), the ViT's validation loss and accuracy (%); "_80": at 80 % of the steps.
-void collect_quality(nlohmann::json& arm, const std::string& dir, const Config& cfg, const std::string& domain) {
+void collect_unif_quality(nlohmann::json& arm, const std::string& dir, const Config& cfg, const std::string& domain) {
   const auto summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
   const bool vision = cfg.model.task == "classify";
   auto loss_of = [&](const nlohmann::json& rec) -> nlohmann::json {
@@ -166,13 +166,9 @@ nlohmann::json motivation(const std::string& dir, bool quick) {
   return out;
 }
 
-std::vector<double> values(const nlohmann::json& arm, const std::string& key) {
-  return arm.value(key, nlohmann::json::array()).get<std::vector<double>>();
-}
-
 // The directions, chosen before running. Primary: UniF-MoE's quality at least top-2's, and its
 // upcycled slots faster than top-2's at the trained routing (the paper's headline pair).
-void add_directions(nlohmann::json& r) {
+void add_unif_directions(nlohmann::json& r) {
   const bool vision = r["setup"]["task"] == "classify";
   const auto& a = r["arms"];
   auto& dirs = r["directions"];
@@ -180,20 +176,20 @@ void add_directions(nlohmann::json& r) {
   const std::string metric =
       vision ? "validation accuracy" : r["setup"]["domain"].get<std::string>() + " validation loss";
   auto better = [&](const std::string& text, const std::string& x, const std::string& y, bool primary) {
-    const auto d = vision ? paired_difference(values(a[x], "accuracy"), values(a[y], "accuracy"))
-                          : paired_difference(values(a[y], "val_loss"), values(a[x], "val_loss"));
+    const auto d = vision ? paired_difference(seed_values(a[x], "accuracy"), seed_values(a[y], "accuracy"))
+                          : paired_difference(seed_values(a[y], "val_loss"), seed_values(a[x], "val_loss"));
     const auto how = vision ? fmt::format("{}, {} - {}", metric, x, y) : fmt::format("{}, {} - {}", metric, y, x);
     dirs.push_back(direction_json(
         {text + " (" + how + ")", true, primary, std::nullopt, vision ? " points" : " nats", 1, vision ? 2 : 4}, d));
   };
   auto ratio_minus_one = [&](const std::string& x, const std::string& key) {
     std::vector<double> out;
-    const auto v = values(a[x], key);
+    const auto v = seed_values(a[x], key);
     for (double e : v) out.push_back(e - 1);
     return paired_difference(out, std::vector<double>(out.size(), 0.0));
   };
   auto more_blocks = [&](const std::string& x, const std::string& y) {
-    return paired_difference(values(a[x], "blocks"), values(a[y], "blocks"));
+    return paired_difference(seed_values(a[x], "blocks"), seed_values(a[y], "blocks"));
   };
   const bool early = r.value("early_pass", false);  // the held-out quality at 80 % of the steps only
   better("UniF-MoE is at least as good as top-2", "unif", "top2", true);
@@ -274,10 +270,10 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   share_training([&] { run_variant(base); });
   const auto pretrained = run_variant(base);
   const auto work = fs::path(base.run.out_dir);
-  const auto all = arms(opt);
+  const auto all = unif_arms(opt);
   // seed s's fine-tunes, top-2 first
   auto seed_runs = [&](int64_t s) {
-    std::vector<std::pair<Arm, Finetune>> out;
+    std::vector<std::pair<UnifArm, Finetune>> out;
     for (const auto& arm : all)
       if (s < (arm.primary ? args.seeds : secondary))
         out.emplace_back(arm, finetune_of(arm, s, pretrained, opt, steps, work));
@@ -305,7 +301,7 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
     for (const auto& [arm, f] : seed_runs(s)) {
       runs.push_back(run_variant(f.cfg, f.init));
       js["arms"][arm.name]["label"] = arm.label;
-      collect_quality(js["arms"][arm.name], runs.back(), f.cfg, opt.domain);
+      collect_unif_quality(js["arms"][arm.name], runs.back(), f.cfg, opt.domain);
       t[arm.name] = run_measure(runs.back(), "timing", time_of(f.cfg));
     }
     // each arm's time against the backbone's in the same rounds; against top-2 as the ratio of those
@@ -326,7 +322,7 @@ nlohmann::json unif_repro(ReproArgs args, const UniFReproOptions& opt) {
   const auto top2 = (work / seed_runs(0).front().second.cfg.run.name).string();  // top-2 comes first
   js["motivation"] = run_measure(top2, "motivation", [&] { return motivation(top2, args.quick); });
   record_runs(js, runs);
-  add_directions_with_early(js, add_directions);
+  add_directions_with_early(js, add_unif_directions);
   return js;
 }
 

@@ -15,8 +15,8 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kArms = {"dense",     "top2",       "unif", "top1", "topp", "unif_fixed_alpha",
-                                        "unif_top2", "unif_prefix"};
+const std::vector<std::string> kUnifArms = {"dense",     "top2",       "unif", "top1", "topp", "unif_fixed_alpha",
+                                            "unif_top2", "unif_prefix"};
 const std::vector<std::string> kAblations = {"unif_fixed_alpha", "unif_top2", "unif_prefix"};
 
 Outcome outcome(const nlohmann::json& arm, const std::string& key) {
@@ -25,29 +25,30 @@ Outcome outcome(const nlohmann::json& arm, const std::string& key) {
   return o;
 }
 
-std::string mean_std(const nlohmann::json& arm, const std::string& key, int digits) {
+std::string unif_mean_std(const nlohmann::json& arm, const std::string& key, int digits) {
   const auto o = outcome(arm, key);
   if (o.loss.empty()) return "—";
   return fmt::format("{:.{}f} ± {:.{}f}", o.mean(), digits, o.std(), digits);
 }
 
-bool vision(const nlohmann::json& js) { return js["setup"]["task"] == "classify"; }
+bool unif_vision(const nlohmann::json& js) { return js["setup"]["task"] == "classify"; }
 
-std::string arms_table(const nlohmann::json& js) {
-  const bool v = vision(js);
+std::string unif_arms_table(const nlohmann::json& js) {
+  const bool v = unif_vision(js);
   const auto domain = js["setup"]["domain"].get<std::string>();
   std::string md = v ? "| arm | seeds | params | validation accuracy % | validation loss |"
                      : fmt::format("| arm | seeds | params | {} val loss | other domains' val loss |", domain);
   md +=
       " activated blocks C_B | k | b | slots µs / token | time / top-2 |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& name : kArms) {
+  for (const auto& name : kUnifArms) {
     const auto& a = js["arms"][name];
-    md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", a["label"].get<std::string>(), a["val_loss"].size(),
-        a["params"][0].get<int64_t>(), v ? mean_std(a, "accuracy", 2) : mean_std(a, "val_loss", 4),
-        v ? mean_std(a, "val_loss", 4) : mean_std(a, "others", 4), mean_std(a, "blocks", 2), mean_std(a, "k", 2),
-        mean_std(a, "b", 2), mean_std(a, "us_per_token", 3), mean_std(a, "time_ratio", 3));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", a["label"].get<std::string>(),
+                      a["val_loss"].size(), a["params"][0].get<int64_t>(),
+                      v ? unif_mean_std(a, "accuracy", 2) : unif_mean_std(a, "val_loss", 4),
+                      v ? unif_mean_std(a, "val_loss", 4) : unif_mean_std(a, "others", 4),
+                      unif_mean_std(a, "blocks", 2), unif_mean_std(a, "k", 2), unif_mean_std(a, "b", 2),
+                      unif_mean_std(a, "us_per_token", 3), unif_mean_std(a, "time_ratio", 3));
   }
   return md + "\n";
 }
@@ -107,10 +108,10 @@ std::string motivation_section(const nlohmann::json& js) {
   return md + "\n";
 }
 
-void write_pictures(const nlohmann::json& js, const std::string& out) {
-  const bool v = vision(js);
+void write_unif_pictures(const nlohmann::json& js, const std::string& out) {
+  const bool v = unif_vision(js);
   std::vector<Series> quality, time;
-  for (const auto& name : kArms) {
+  for (const auto& name : kUnifArms) {
     const auto& a = js["arms"][name];
     const auto label = a["label"].get<std::string>();
     const double blocks = outcome(a, "blocks").mean();
@@ -138,9 +139,9 @@ std::string class_list(const std::string& classes) {
   return out;
 }
 
-std::string setup_paragraph(const nlohmann::json& js) {
+std::string unif_setup_paragraph(const nlohmann::json& js) {
   const auto& s = js["setup"];
-  const bool v = vision(js);
+  const bool v = unif_vision(js);
   const auto shift =
       v ? fmt::format(
               "on the Fashion-MNIST images of every class but {0}, then fine-tuned on those classes' images alone "
@@ -174,12 +175,12 @@ std::string setup_paragraph(const nlohmann::json& js) {
 }  // namespace
 
 std::string render_unif_results(const nlohmann::json& js, const std::string& out_dir) {
-  write_pictures(js, out_dir);
-  const bool v = vision(js);
+  write_unif_pictures(js, out_dir);
+  const bool v = unif_vision(js);
   std::string md = fmt::format("# UniF-MoE upcycling in miniature ({})\n\n{}\n\n",
                                v ? "Fashion-MNIST ViT under a class shift" : "language model under a domain shift",
                                results_header(js));
-  md += setup_paragraph(js) + arms_table(js) + directions_section(js) + "\n" + ablation_section(js) +
+  md += unif_setup_paragraph(js) + unif_arms_table(js) + directions_section(js) + "\n" + ablation_section(js) +
         motivation_section(js);
   md +=
       "Pictures: `tradeoff.svg` (quality vs activated blocks), `time_vs_blocks.svg` (slot time per token vs "

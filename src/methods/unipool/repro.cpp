@@ -22,7 +22,7 @@ namespace mf {
 namespace {
 namespace fs = std::filesystem;
 
-struct Arm {
+struct PoolArm {
   std::string name, label;
   std::vector<std::string> sets;
   bool core = true;  // in the default design; the rest only with --all-arms
@@ -31,7 +31,7 @@ struct Arm {
 // The gate-scale controls give softmax top-1 a gate of NormRouter's scale (its weight starts
 // near 1/N over N candidates, so a learnable scalar starting at N) while its router keeps a
 // gradient: what the pool and NormRouter gain beyond gate scale.
-std::vector<Arm> unipool_arms(int64_t moe_layers, int64_t experts) {
+std::vector<PoolArm> unipool_arms(int64_t moe_layers, int64_t experts) {
   const std::string pool = "model.moe.unipool.groups=1", pool_aux = "model.moe.unipool.aux_loss_coef=0.01";
   const std::string no_layer_aux = "model.moe.aux_loss_coef=0", norm = "model.moe.router=norm_topk";
   const std::string half = fmt::format("model.moe.unipool.pool_size={}", experts * moe_layers / 2);
@@ -83,7 +83,7 @@ std::vector<Claim> unipool_claims() {
 
 // The claims whose arms ran, as directions from r["arms"][*]["val_loss"]; the probe's direction
 // too, except in the 80 % pass (it is measured on the final checkpoints).
-void add_directions(nlohmann::json& r, bool probe) {
+void add_unipool_directions(nlohmann::json& r, bool probe) {
   auto losses = [&](const std::string& n) { return r["arms"][n]["val_loss"].get<std::vector<double>>(); };
   for (const auto& c : unipool_claims())
     if (r["arms"].contains(c.worse) && r["arms"].contains(c.better))
@@ -123,10 +123,10 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
                  {"lr", base.train.lr},
                  {"seeds", args.seeds},
                  {"threads", base.train.threads}};
-  std::vector<Arm> arms;
+  std::vector<PoolArm> arms;
   for (auto& a : unipool_arms(L, E))
     if (a.core || opt.all_arms) arms.push_back(a);
-  auto arm_config = [&](const Arm& a, int64_t s) {
+  auto arm_config = [&](const PoolArm& a, int64_t s) {
     Config cfg = base;
     for (auto& set : a.sets) apply_override(cfg, set);
     cfg.train.seed = 1000 + s;
@@ -175,7 +175,7 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
   js["arm_order"] = nlohmann::json::array();
   for (auto& a : arms) js["arm_order"].push_back(a.name);
   record_runs(js, run_dirs);
-  add_directions_with_early(js, [&](nlohmann::json& r) { add_directions(r, opt.probe); });
+  add_directions_with_early(js, [&](nlohmann::json& r) { add_unipool_directions(r, opt.probe); });
   return js;
 }
 
