@@ -100,104 +100,115 @@ void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& 
   std::cout << "\nwrote " << path << "\n";
 }
 
-}  // namespace
+// eval: LM per-domain loss, classifier accuracy and confusion, or logits dumps
+struct EvalOptions {
+  std::string ckpt, split = "test", data_dir, dump_path, dump_tokens, dump_text, confusion_out, images_path, flip;
+  int64_t windows = 64, seq_len = 0, threads = 0;
+};
 
-void register_model_commands(CLI::App& app) {
-  static std::string ckpt;
-  static int64_t threads = 0;
+void run_eval(const EvalOptions& o) {
+  if (o.threads > 0) set_compute_threads(static_cast<int>(o.threads));
+  if (checkpoint_config(o.ckpt).model.task == "classify") {
+    if (o.dump_path.empty()) return evaluate_classifier_checkpoint(o.ckpt, o.split, o.confusion_out, o.flip);
+    if (o.images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
+    return dump_classifier_logits(o.ckpt, o.images_path, o.dump_path, o.flip);
+  }
+  if (!o.dump_path.empty()) {
+    auto l = load_model(o.ckpt);
+    std::vector<int64_t> ids = parse_ids(o.dump_tokens);
+    if (!o.dump_text.empty()) {
+      for (int id : Tokenizer(l.tokenizer).encode(o.dump_text)) ids.push_back(id);
+    }
+    if (ids.empty()) throw CLI::ValidationError("--dump-logits needs --tokens or --text");
+    for (auto id : ids)
+      if (id < 0 || id >= l.cfg.model.vocab_size)
+        throw CLI::ValidationError(fmt::format("token id {} out of range", id));
+    torch::NoGradGuard g;
+    l.model->eval();
+    auto logits = l.model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0);
+    save_safetensors(o.dump_path, {{"logits", logits}, {"tokens", torch::tensor(ids, torch::kLong)}});
+    std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), o.dump_path);
+    return;
+  }
+  const auto losses = open_evaluable(o.ckpt, o.windows, o.data_dir, o.seq_len).evaluate(o.split, {});
+  std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
+  for (auto& d : losses)
+    std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);
+  std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", "mean", mean_loss(losses), std::exp(mean_loss(losses)));
+}
 
+void add_eval(CLI::App& app) {
   auto* ev = app.add_subcommand("eval",
                                 "per-domain loss and perplexity of a language model on the prepared corpus; "
                                 "loss, accuracy, per-class accuracy and a confusion SVG of an image classifier");
-  static std::string split = "test", data_dir, dump_path, dump_tokens, dump_text, confusion_out;
-  static int64_t windows = 64, seq_len = 0;
-  ev->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  ev->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  ev->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
-  ev->add_option("--windows", windows, "evaluation windows per domain")->check(CLI::Range(1, 100000));
-  ev->add_option("--seq-len", seq_len, "window length (default: train.seq_len)");
-  ev->add_option("--dump-logits", dump_path,
+  auto o = std::make_shared<EvalOptions>();
+  ev->add_option("checkpoint", o->ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  ev->add_option("--split", o->split, "val or test")->check(CLI::IsMember({"val", "test"}));
+  ev->add_option("--data", o->data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
+  ev->add_option("--windows", o->windows, "evaluation windows per domain")->check(CLI::Range(1, 100000));
+  ev->add_option("--seq-len", o->seq_len, "window length (default: train.seq_len)");
+  ev->add_option("--dump-logits", o->dump_path,
                  "write the logits of --tokens/--text (LM, tensor 'logits' [T, V]) or of --images (classifier: "
                  "'logits' [N, classes], 'predicted' [N]) as safetensors");
-  static std::string images_path;
-  ev->add_option("--images", images_path, "classifier: gzip IDX file of images for --dump-logits")
+  ev->add_option("--images", o->images_path, "classifier: gzip IDX file of images for --dump-logits")
       ->check(CLI::ExistingFile);
-  ev->add_option("--tokens", dump_tokens, "comma-separated token ids for --dump-logits");
-  ev->add_option("--text", dump_text, "text to tokenize for --dump-logits");
-  ev->add_option("--threads", threads, "intra-op threads (0 = default)");
-  ev->add_option("--confusion", confusion_out,
+  ev->add_option("--tokens", o->dump_tokens, "comma-separated token ids for --dump-logits");
+  ev->add_option("--text", o->dump_text, "text to tokenize for --dump-logits");
+  ev->add_option("--threads", o->threads, "intra-op threads (0 = default)");
+  ev->add_option("--confusion", o->confusion_out,
                  "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
-  static std::string flip;
-  ev->add_option("--flip-average", flip,
+  ev->add_option("--flip-average", o->flip,
                  "classifier: on = predict from the mean logits of each image and its horizontal mirror image, "
                  "off = from the image alone (default: the checkpoint config's eval.flip_average)")
       ->check(CLI::IsMember({"on", "off"}));
-  ev->callback([] {
-    if (threads > 0) set_compute_threads(static_cast<int>(threads));
-    if (checkpoint_config(ckpt).model.task == "classify") {
-      if (dump_path.empty()) return evaluate_classifier_checkpoint(ckpt, split, confusion_out, flip);
-      if (images_path.empty()) throw CLI::ValidationError("--dump-logits on a classifier needs --images FILE.gz");
-      return dump_classifier_logits(ckpt, images_path, dump_path, flip);
-    }
-    if (!dump_path.empty()) {
-      auto l = load_model(ckpt);
-      std::vector<int64_t> ids = parse_ids(dump_tokens);
-      if (!dump_text.empty()) {
-        for (int id : Tokenizer(l.tokenizer).encode(dump_text)) ids.push_back(id);
-      }
-      if (ids.empty()) throw CLI::ValidationError("--dump-logits needs --tokens or --text");
-      for (auto id : ids)
-        if (id < 0 || id >= l.cfg.model.vocab_size)
-          throw CLI::ValidationError(fmt::format("token id {} out of range", id));
-      torch::NoGradGuard g;
-      l.model->eval();
-      auto logits = l.model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0);
-      save_safetensors(dump_path, {{"logits", logits}, {"tokens", torch::tensor(ids, torch::kLong)}});
-      std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), dump_path);
-      return;
-    }
-    const auto losses = open_evaluable(ckpt, windows, data_dir, seq_len).evaluate(split, {});
-    std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
-    for (auto& d : losses)
-      std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);
-    std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f}\n", "mean", mean_loss(losses), std::exp(mean_loss(losses)));
-  });
+  ev->callback([o] { run_eval(*o); });
+}
 
+struct GenerateOptions {
+  std::string ckpt, prompt;
+  SamplingOptions sampling;
+  int64_t threads = 0;
+};
+
+void add_generate(CLI::App& app) {
   auto* gen = app.add_subcommand("generate", "sample text from a checkpoint (KV cache, temperature, top-p)");
-  static std::string prompt;
-  static SamplingOptions so;
-  gen->add_option("checkpoint", ckpt,
+  auto o = std::make_shared<GenerateOptions>();
+  gen->add_option("checkpoint", o->ckpt,
                   "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
       ->required();
-  gen->add_option("--prompt", prompt, "text to continue")->required();
-  gen->add_option("--max-tokens", so.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  gen->add_option("--temperature", so.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  gen->add_option("--top-p", so.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
-  gen->add_option("--seed", so.seed, "sampling seed");
-  gen->add_option("--threads", threads, "intra-op threads (0 = default)");
-  gen->callback([] {
-    if (threads > 0) set_compute_threads(static_cast<int>(threads));
-    auto l = load_model(ckpt);
+  gen->add_option("--prompt", o->prompt, "text to continue")->required();
+  gen->add_option("--max-tokens", o->sampling.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", o->sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  gen->add_option("--top-p", o->sampling.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", o->sampling.seed, "sampling seed");
+  gen->add_option("--threads", o->threads, "intra-op threads (0 = default)");
+  gen->callback([o] {
+    if (o->threads > 0) set_compute_threads(static_cast<int>(o->threads));
+    auto l = load_model(o->ckpt);
     Tokenizer tok(l.tokenizer);
+    auto so = o->sampling;
     so.stop_token = tok.eos_id();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto ids = generate(l.model, tok.encode(prompt), so);
+    const auto ids = generate(l.model, tok.encode(o->prompt), so);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cout << prompt << tok.decode(ids) << "\n";
+    std::cout << o->prompt << tok.decode(ids) << "\n";
     spdlog::info("generated {} tokens in {:.2f} s ({:.1f} tokens/s, prompt processing included)", ids.size(), seconds,
                  static_cast<double>(ids.size()) / std::max(seconds, 1e-9));
   });
+}
 
+void add_info(CLI::App& app) {
   auto* info = app.add_subcommand("info", "architecture, parameter counts and training state of a checkpoint");
-  static bool as_json = false;
-  info->add_option("checkpoint", ckpt,
+  auto ckpt = std::make_shared<std::string>();
+  auto as_json = std::make_shared<bool>(false);
+  info->add_option("checkpoint", *ckpt,
                    "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
       ->required();
-  info->add_flag("--json", as_json, "print JSON");
-  info->callback([] {
+  info->add_flag("--json", *as_json, "print JSON");
+  info->callback([ckpt, as_json] {
     streaming_allocator();
-    const auto r = checkpoint_info(ckpt);
-    if (as_json) {
+    const auto r = checkpoint_info(*ckpt);
+    if (*as_json) {
       std::cout << r.summary.dump(2) << "\n";
       return;
     }
@@ -207,15 +218,22 @@ void register_model_commands(CLI::App& app) {
     for (auto& [name, e] : r.tensors)
       std::cout << fmt::format("  {:<52} {:>6} {}\n", name, c10::toString(e.dtype), c10::str(e.shape));
   });
+}
 
+struct UpcycleCommand {
+  std::string in, out, layers;
+  UpcycleOptions options;
+};
+
+void add_upcycle(CLI::App& app) {
   auto* up = app.add_subcommand("upcycle",
                                 "turn dense FFN blocks of a trained checkpoint into MoE blocks whose experts are "
                                 "copies of the dense FFN; fine-tune the result with `train --init-from OUT`");
-  static std::string up_in, up_out, up_layers;
-  static UpcycleOptions uo;
-  up->add_option("checkpoint", up_in, "dense checkpoint, or a run directory (its latest)")->required();
-  up->add_option("-o,--out", up_out, "output checkpoint directory")->required();
-  up->add_option("--layers", up_layers, "blocks to convert, comma-separated (0-based), e.g. 1,3")->required();
+  auto o = std::make_shared<UpcycleCommand>();
+  auto& uo = o->options;
+  up->add_option("checkpoint", o->in, "dense checkpoint, or a run directory (its latest)")->required();
+  up->add_option("-o,--out", o->out, "output checkpoint directory")->required();
+  up->add_option("--layers", o->layers, "blocks to convert, comma-separated (0-based), e.g. 1,3")->required();
   up->add_option("--method", uo.method,
                  "topk (softmax top-k), topp (cumulative mass) or a method's preset (unif: UniF-MoE)")
       ->capture_default_str()
@@ -229,15 +247,25 @@ void register_model_commands(CLI::App& app) {
       ->capture_default_str();
   up->add_option("--seed", uo.seed, "router initialisation and noise")->capture_default_str();
   add_set_option(up, uo.sets);
-  up->callback([] {
-    uo.layers = parse_block_list(up_layers, "upcycle --layers");
-    auto r = upcycle(up_in, up_out, uo);
-    std::cout << fmt::format("wrote {}: {} dense FFN tensors became experts, {} tensors copied as they are\n", up_out,
+  up->callback([o] {
+    auto& uo = o->options;
+    uo.layers = parse_block_list(o->layers, "upcycle --layers");
+    auto r = upcycle(o->in, o->out, uo);
+    std::cout << fmt::format("wrote {}: {} dense FFN tensors became experts, {} tensors copied as they are\n", o->out,
                              r.converted, r.copied);
     std::cout << fmt::format("model.moe.layers = \"{}\", {} experts, method {}; run name \"{}\"\n",
                              r.config.model.moe.layers, uo.experts, uo.method, r.config.run.name);
-    std::cout << fmt::format("fine-tune: moeforge train --init-from {} [--set train.steps=N]\n", up_out);
+    std::cout << fmt::format("fine-tune: moeforge train --init-from {} [--set train.steps=N]\n", o->out);
   });
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+  add_eval(app);
+  add_generate(app);
+  add_info(app);
+  add_upcycle(app);
 }
 
 }  // namespace mf::cli
