@@ -8,6 +8,9 @@
 //   p        = softmax(x W_g) over the K residual experts, sorted p_1 >= ... >= p_K
 //   k(x)     = min{n : p_1 + ... + p_n >= 1 - alpha(x)}
 //   y        = alpha E_shr^{I_shr}(x) + sum_{i <= k} p_i E_{q_i}^{I_res}(x)   (not renormalised)
+// Shape letters beside src/moe/routing.h's (whose B and K mean other things elsewhere): G the
+// formulas' B blocks of an expert, Q the formulas' K residual experts, J = Q + 1 experts
+// (the shared one first).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -25,17 +28,17 @@ struct UniFOptions {
 struct UniFRouting {
   Assignment assignment;          // pairs over (K + 1) * B units; weight alpha (shared) or p_q (residual)
   at::Tensor alpha_T;             // with grad through w_shr (none under fixed_alpha)
-  at::Tensor probs_TK;            // softmax over the residual experts, with grad through W_g
-  at::Tensor shared_TB;           // bool: block b is shared for token t
-  at::Tensor chosen_TK;           // bool: residual expert j runs for token t
+  at::Tensor probs_TQ;            // softmax over the residual experts, with grad through W_g
+  at::Tensor shared_TG;           // bool: block b is shared for token t
+  at::Tensor chosen_TQ;           // bool: residual expert j runs for token t
   at::Tensor b_T, k_T, blocks_T;  // int64: shared blocks, residual experts, C_B = b + k (B - b)
   at::Tensor weight_TJ;           // [T, K + 1] combine weight per expert (alpha, then p where chosen): output biases
 };
 
 double unif_tau(int64_t blocks);
 
-// logits_TJ = x W*^T (column 0: w_shr); priority_TB = x mu^T (ignored with prefix_blocks).
-UniFRouting unif_route(const at::Tensor& logits_TJ, const at::Tensor& priority_TB, const UniFOptions& opt);
+// logits_TJ = x W*^T (column 0: w_shr); priority_TG = x mu^T (ignored with prefix_blocks).
+UniFRouting unif_route(const at::Tensor& logits_TJ, const at::Tensor& priority_TG, const UniFOptions& opt);
 
 // ||W W^T - I||_F for the router weight W = W*^T [K + 1, D] (the paper's ||W*^T W* - I||_F)
 at::Tensor unif_diversity_loss(const at::Tensor& weight_JD);

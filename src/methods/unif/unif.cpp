@@ -56,21 +56,21 @@ at::Tensor UniFExtension::forward_routed(MoEFeedForward& slot, const at::Tensor&
   auto w_JD = slot.gate->weight.to(x.scalar_type());
   const int64_t J = w_JD.size(0);
   if (!options_.prefix_blocks) {
-    at::Tensor mu_BD;
+    at::Tensor mu_GD;
     {
       torch::NoGradGuard no_grad;  // the block choice is discrete: no gradient through mu
-      mu_BD = unif_prototypes(*slot.experts, B).to(x.scalar_type());
+      mu_GD = unif_prototypes(*slot.experts, B).to(x.scalar_type());
     }
-    w_JD = at::cat({w_JD, mu_BD});
+    w_JD = at::cat({w_JD, mu_GD});
   }
   auto scores = at::matmul(x, w_JD.t());
   auto logits_TJ = scores.narrow(1, 0, J);
-  auto priority_TB = options_.prefix_blocks ? at::Tensor() : scores.narrow(1, J, B).detach();
-  auto r = unif_route(logits_TJ, priority_TB, options_);
+  auto priority_TG = options_.prefix_blocks ? at::Tensor() : scores.narrow(1, J, B).detach();
+  auto r = unif_route(logits_TJ, priority_TG, options_);
   ExpertBlocks units(*slot.experts, B);
   auto y_TD = units.add_output_bias(dispatch(x_TD, r.assignment, units).y_TD, r.weight_TJ);
   routed.assignment = r.assignment;
-  routed.scores_TE = r.probs_TK;
+  routed.scores_TE = r.probs_TQ;
   if (div_loss_coef_ > 0) routed.losses.emplace_back("div", div_loss_coef_ * unif_diversity_loss(slot.gate->weight));
   routed.counts = {{"shared_blocks", r.b_T, B}, {"residual_experts", r.k_T, K}, {"active_blocks", r.blocks_T, K * B}};
   return y_TD;

@@ -106,7 +106,7 @@ TEST(UniFRoute, InvariantsOnEveryToken) {
       UniFOptions o;
       o.blocks = B;
       auto r = unif_route(logits, torch::randn({T, B}, torch::kFloat64), o);
-      auto sorted = std::get<0>(r.probs_TK.sort(1, true));
+      auto sorted = std::get<0>(r.probs_TQ.sort(1, true));
       for (int64_t t = 0; t < T; ++t) {
         const int64_t b = r.b_T[t].item<int64_t>(), k = r.k_T[t].item<int64_t>();
         ASSERT_GE(b, 1);
@@ -117,8 +117,8 @@ TEST(UniFRoute, InvariantsOnEveryToken) {
         const double total = alpha + sorted[t].narrow(0, 0, k).sum().item<double>();
         EXPECT_GE(total, 1 - 1e-12) << "B=" << B << " K=" << K;
         EXPECT_LT(total, 1 + sorted[t][k - 1].item<double>()) << "B=" << B << " K=" << K;
-        EXPECT_EQ(r.shared_TB[t].sum().item<int64_t>(), b);
-        EXPECT_EQ(r.chosen_TK[t].sum().item<int64_t>(), k);
+        EXPECT_EQ(r.shared_TG[t].sum().item<int64_t>(), b);
+        EXPECT_EQ(r.chosen_TQ[t].sum().item<int64_t>(), k);
         EXPECT_EQ(r.blocks_T[t].item<int64_t>(), b + k * (B - b));
         EXPECT_EQ(r.b_T[t].item<int64_t>(), std::clamp<int64_t>(std::llround(B * alpha), 1, B - 1));
       }
@@ -153,8 +153,8 @@ TEST(UniFRoute, TiesTakeTheLowerIndexAndHandComputedCase) {
   // alpha = tau + (1 - 2 tau) / 2 = 1/2 -> b = round(2) = 2, demand 1/2 -> k = 2 (1/3 < 1/2 <= 2/3)
   auto r = unif_route(torch::zeros({1, 4}, torch::kFloat64), torch::zeros({1, 4}, torch::kFloat64), o);
   EXPECT_DOUBLE_EQ(r.alpha_T[0].item<double>(), 0.5);
-  EXPECT_TRUE(torch::equal(r.shared_TB[0], torch::tensor({true, true, false, false})));
-  EXPECT_TRUE(torch::equal(r.chosen_TK[0], torch::tensor({true, true, false})));
+  EXPECT_TRUE(torch::equal(r.shared_TG[0], torch::tensor({true, true, false, false})));
+  EXPECT_TRUE(torch::equal(r.chosen_TQ[0], torch::tensor({true, true, false})));
   EXPECT_EQ(r.blocks_T[0].item<int64_t>(), 2 + 2 * 2);
   // the pairs: shared blocks 0, 1 of expert 0 (weight 1/2), blocks 2, 3 of experts 1 and 2 (weight 1/3)
   auto unit = std::get<0>(r.assignment.unit_P.sort());
@@ -162,7 +162,7 @@ TEST(UniFRoute, TiesTakeTheLowerIndexAndHandComputedCase) {
   EXPECT_NEAR(r.assignment.weight_P.sum().item<double>(), 2 * 0.5 + 4.0 / 3, 1e-12);
   // priorities pick blocks 3 and 1
   auto s = unif_route(torch::zeros({1, 4}, torch::kFloat64), f64({0.1, 0.5, -1.0, 2.0}).view({1, 4}), o);
-  EXPECT_TRUE(torch::equal(s.shared_TB[0], torch::tensor({false, true, false, true})));
+  EXPECT_TRUE(torch::equal(s.shared_TG[0], torch::tensor({false, true, false, true})));
 }
 
 TEST(UniFRoute, Ablations) {
@@ -184,8 +184,8 @@ TEST(UniFRoute, Ablations) {
   auto prefix = unif_route(logits, priority, o);
   for (int64_t t = 0; t < 50; ++t) {
     const int64_t b = prefix.b_T[t].item<int64_t>();
-    EXPECT_TRUE(prefix.shared_TB[t].narrow(0, 0, b).all().item<bool>());
-    EXPECT_FALSE(prefix.shared_TB[t].narrow(0, b, 8 - b).any().item<bool>());
+    EXPECT_TRUE(prefix.shared_TG[t].narrow(0, 0, b).all().item<bool>());
+    EXPECT_FALSE(prefix.shared_TG[t].narrow(0, b, 8 - b).any().item<bool>());
   }
 }
 
@@ -372,15 +372,15 @@ TEST(UniFRoute, PairsAreUnitMajorAndTheSameOnTwoThreads) {
                       {one.k_T, two.k_T}})
     EXPECT_TRUE(torch::equal(a, b));
   EXPECT_TRUE(torch::equal(one.assignment.weight_P, two.assignment.weight_P));
-  EXPECT_TRUE(torch::equal(one.shared_TB, two.shared_TB));
-  EXPECT_TRUE(torch::equal(one.chosen_TK, two.chosen_TK));
+  EXPECT_TRUE(torch::equal(one.shared_TG, two.shared_TG));
+  EXPECT_TRUE(torch::equal(one.chosen_TQ, two.chosen_TQ));
   auto key = one.assignment.unit_P * T + one.assignment.token_P;  // strictly increasing: sorted, no duplicates
   EXPECT_TRUE((key.narrow(0, 1, key.numel() - 1) > key.narrow(0, 0, key.numel() - 1)).all().item<bool>());
   EXPECT_EQ(key.numel(), one.blocks_T.sum().item<int64_t>());
   // each pair's weight is alpha (shared expert) or the chosen expert's probability
   auto u = one.assignment.unit_P, t = one.assignment.token_P;
   auto expected = torch::where(u < B, one.alpha_T.index_select(0, t),
-                               one.probs_TK.index({t, (u.div(B, "floor") - 1).clamp_min(0)}));
+                               one.probs_TQ.index({t, (u.div(B, "floor") - 1).clamp_min(0)}));
   EXPECT_TRUE(torch::equal(one.assignment.weight_P, expected));
 }
 
