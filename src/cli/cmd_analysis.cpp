@@ -16,22 +16,38 @@
 
 namespace mf::cli {
 
-void register_analysis_commands(CLI::App& app) {
-  static std::string ckpt, data_dir, split = "val", out;
-  static int64_t windows = 32;
+namespace {
 
+// What every analysis reads: a checkpoint and its held-out data (open_evaluable).
+struct Source {
+  std::string ckpt, data_dir, split = "val";
+  int64_t windows = 32;
+};
+
+std::shared_ptr<Source> add_source(CLI::App* sub, bool with_split, const std::string& windows_help) {
+  auto s = std::make_shared<Source>();
+  sub->add_option("checkpoint", s->ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  if (with_split) sub->add_option("--split", s->split, "val or test")->check(CLI::IsMember({"val", "test"}));
+  sub->add_option("--windows", s->windows, windows_help)->check(CLI::Range(1, 100000));
+  sub->add_option("--data", s->data_dir, "corpus or image directory (default: the checkpoint config's)");
+  return s;
+}
+
+}  // namespace
+
+void register_analysis_commands(CLI::App& app) {
   auto* usage = app.add_subcommand("usage",
                                    "expert usage per MoE layer on held-out data: layer x expert heatmap, "
                                    "usage per stored expert, globally dead experts (SVG + JSON)");
-  usage->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  usage->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  usage->add_option("--windows", windows, "windows of train.seq_len tokens per domain (classifier: x 16 images)")
-      ->check(CLI::Range(1, 100000));
-  usage->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
-  usage->add_option("--out", out,
+  const auto usage_src =
+      add_source(usage, true, "windows of train.seq_len tokens per domain (classifier: x 16 images)");
+  const auto usage_out = std::make_shared<std::string>();
+  usage->add_option("--out", *usage_out,
                     "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
                     "usage.json)");
-  usage->callback([] {
+  usage->callback([usage_src, usage_out] {
+    const auto& [ckpt, data_dir, split, windows] = *usage_src;
+    const auto& out = *usage_out;
     auto model = open_evaluable(ckpt, windows, data_dir);
     auto u = measure_expert_usage(model, split);
     if (u.counts.empty()) throw std::runtime_error("the model has no MoE layers");
@@ -61,53 +77,58 @@ void register_analysis_commands(CLI::App& app) {
       "probe",
       "routing-randomization probe (UniPool): randomize one MoE layer's expert choice at a time and report "
       "the held-out loss increase per layer and on average");
-  static std::string layers, out_json;
-  static std::vector<std::string> modes;
-  static ProbeOptions po;
-  probe->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  probe->add_option("--layers", layers, "comma-separated block indices (default: each deep-half MoE layer)");
+  struct ProbeCommand {
+    std::string layers, out_json;
+    std::vector<std::string> modes;
+    ProbeOptions options;
+  };
+  const auto probe_src = add_source(probe, false, "windows per domain (classifier: x 16 images)");
+  const auto pc = std::make_shared<ProbeCommand>();
+  probe->add_option("--layers", pc->layers, "comma-separated block indices (default: each deep-half MoE layer)");
   probe
-      ->add_option("--mode", modes,
+      ->add_option("--mode", pc->modes,
                    "own (private experts), pool (the whole shared pool), matched (the layer's "
                    "num_experts most-used experts); default own, or pool and matched for shared pools")
       ->check(CLI::IsMember({"own", "pool", "matched"}));
-  probe->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
-  probe->add_option("--seed", po.seed, "seed of the random expert draws");
-  probe->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
-  probe->add_option("--json", out_json, "also write the report as JSON here");
-  probe->callback([] {
-    auto model = open_evaluable(ckpt, windows, data_dir);
-    po.modes = modes;
+  probe->add_option("--seed", pc->options.seed, "seed of the random expert draws");
+  probe->add_option("--json", pc->out_json, "also write the report as JSON here");
+  probe->callback([probe_src, pc] {
+    auto model = open_evaluable(probe_src->ckpt, probe_src->windows, probe_src->data_dir);
+    auto po = pc->options;
+    po.modes = pc->modes;
     po.layers.clear();
-    std::stringstream ss(layers);
+    std::stringstream ss(pc->layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) po.layers.push_back(parse_int(item, "--layers"));
     auto rep = routing_probe(model, po);
     std::cout << rep.markdown();
-    if (!out_json.empty()) write_file_atomic(out_json, rep.to_json().dump(2) + "\n");
+    if (!pc->out_json.empty()) write_file_atomic(pc->out_json, rep.to_json().dump(2) + "\n");
   });
 
   auto* diag = app.add_subcommand(
       "diagnose",
       "UniF-MoE's motivation on a trained top-k MoE: value alignment rho_ij of expert pairs vs their co-activation "
       "(Pearson r), and (top-2 layers) residual demand k_eps under a fitted residual router (SVG + JSON)");
-  static DiagnoseOptions dopt;
-  static std::string diag_out;
-  diag->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
+  struct DiagnoseCommand {
+    DiagnoseOptions options;
+    std::string out;
+  };
+  const auto diag_src = add_source(diag, false, "windows per domain (classifier: x 16 images)");
+  const auto dc = std::make_shared<DiagnoseCommand>();
+  auto& dopt = dc->options;
   diag->add_option("--delta", dopt.delta, "alignment threshold on cos(V_i[h], V_j[h])")->capture_default_str();
   diag->add_option("--epsilon", dopt.epsilon, "fidelity tolerance of the residual reconstruction")
       ->capture_default_str();
   diag->add_option("--tokens", dopt.tokens, "tokens captured per MoE layer")->capture_default_str();
   diag->add_option("--fit-steps", dopt.fit_steps, "Adam steps fitting the residual router")->capture_default_str();
   diag->add_option("--split", dopt.split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  diag->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
-  diag->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
-  diag->add_option("--out", diag_out, "output prefix (default: CHECKPOINT_DIR/diagnose)");
-  diag->callback([] {
-    auto model = open_evaluable(ckpt, windows, data_dir);
+  diag->add_option("--out", dc->out, "output prefix (default: CHECKPOINT_DIR/diagnose)");
+  diag->callback([diag_src, dc] {
+    const auto& dopt = dc->options;
+    auto model = open_evaluable(diag_src->ckpt, diag_src->windows, diag_src->data_dir);
     auto d = diagnose_motivation(model, dopt);
     const std::string prefix =
-        diag_out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "diagnose").string() : diag_out;
+        dc->out.empty() ? (std::filesystem::path(read_checkpoint(diag_src->ckpt).dir) / "diagnose").string() : dc->out;
     std::cout << fmt::format("{:<6} {:>7} {:>22} {:>11} {:>14} {:>18}\n", "block", "pairs", "r(rho, co-activation)",
                              "mean k_eps", "kept top-2 %", "r(rho, pair k_eps)");
     for (auto& l : d)
@@ -124,28 +145,27 @@ void register_analysis_commands(CLI::App& app) {
       "intb-probe",
       "IntBMoE probes: remove one expert basis from every composition of one slot (1/sqrt(E) -> 1/sqrt(E-1)) and "
       "evaluate without retraining, for every slot and basis; pairwise cosine of the block recipes (SVG + JSON)");
-  static std::string ip_out;
-  ip->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  ip->add_option("--split", split, "val or test")->check(CLI::IsMember({"val", "test"}));
-  ip->add_option("--windows", windows, "windows per domain (classifier: x 16 images)")->check(CLI::Range(1, 100000));
-  ip->add_option("--data", data_dir, "corpus or image directory (default: the checkpoint config's)");
-  ip->add_option("--out", ip_out, "output prefix (default: CHECKPOINT_DIR/intb_probe)");
-  ip->callback([] {
-    auto model = open_evaluable(ckpt, windows, data_dir);
-    auto p = intb_probe(model, split);
+  const auto ip_src = add_source(ip, true, "windows per domain (classifier: x 16 images)");
+  const auto ip_out = std::make_shared<std::string>();
+  ip->add_option("--out", *ip_out, "output prefix (default: CHECKPOINT_DIR/intb_probe)");
+  ip->callback([ip_src, ip_out] {
+    auto model = open_evaluable(ip_src->ckpt, ip_src->windows, ip_src->data_dir);
+    auto p = intb_probe(model, ip_src->split);
     std::cout << p.markdown();
     const std::string prefix =
-        ip_out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "intb_probe").string() : ip_out;
+        ip_out->empty() ? (std::filesystem::path(read_checkpoint(ip_src->ckpt).dir) / "intb_probe").string() : *ip_out;
     for (auto& path : write_intb_probe(p, prefix, model.cfg.run.name)) std::cout << "wrote " << path << "\n";
   });
 
   auto* bake = app.add_subcommand("intb-bake",
                                   "write an IntBMoE checkpoint with its K blocks composed once and stored, the "
                                   "codebook, hypernetworks and basis pools dropped (serving computes the same logits)");
-  static std::string bake_out;
-  bake->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  bake->add_option("-o,--out", bake_out, "output checkpoint directory")->required();
-  bake->callback([] {
+  const auto bake_io = std::make_shared<std::pair<std::string, std::string>>();  // checkpoint, output
+  bake->add_option("checkpoint", bake_io->first, "checkpoint directory, its model.safetensors, or a run directory")
+      ->required();
+  bake->add_option("-o,--out", bake_io->second, "output checkpoint directory")->required();
+  bake->callback([bake_io] {
+    const auto& [ckpt, bake_out] = *bake_io;
     auto r = bake_intb(ckpt, bake_out);
     std::cout << fmt::format("baked {} IntBMoE slots: {} -> {} stored values; wrote {}\n", r.slots, r.parameters_before,
                              r.parameters_after, bake_out);
