@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "train/kernel_cases.h"
@@ -41,6 +42,21 @@ TEST(KernelCases, EveryCaseMatchesItsFloat64Reference) {
     said += (said.empty() ? "" : "; ") + n;
   }
   ::testing::Test::RecordProperty("not_run", said);
+}
+
+// The FLOP counts bench kernels divides by, by hand at the test shapes.
+TEST(KernelCases, FlopCountsByHand) {
+  std::map<std::string, double> flops;
+  for (const auto& c : kernel_cases(CaseSize::Test, at::kDouble)) flops[c.kernel] = c.flops;
+  EXPECT_DOUBLE_EQ(flops.at("combine (weighted scatter-add), fwd+bwd"), 5.0 * 296 * 24);  // P = 37 x 8, D = 24
+  EXPECT_DOUBLE_EQ(flops.at("gather rows (combine's adjoint), fwd+bwd"), 296.0 * 24);
+  // fwd + bwd of SwiGLU experts: 3 matrices of D x F, 2 flops a multiply-add, 3 passes; P = 29 x 2
+  EXPECT_DOUBLE_EQ(flops.at("grouped units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
+  // GELU: 2 matrices of D x F per whole expert, P = 53 x 2; blocks: a B-th of them, P = 53 x 13
+  EXPECT_DOUBLE_EQ(flops.at("combined units, inference (whole experts)"), 4.0 * 106 * 20 * 24);
+  EXPECT_DOUBLE_EQ(flops.at("combined units, inference (blocks)"), 4.0 * 689 * 20 * 24 / 8);
+  EXPECT_DOUBLE_EQ(flops.at("small attention, fwd+bwd"), 12.0 * 3 * 4 * 17 * 17 * 8);
+  EXPECT_DOUBLE_EQ(flops.at("AdamW, 3 steps"), 3.0 * 14 * (37 * 5 + 300000));
 }
 
 TEST(KernelCases, RelativeErrorIsScaledByTheReference) {
