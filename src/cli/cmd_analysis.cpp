@@ -33,9 +33,7 @@ std::shared_ptr<Source> add_source(CLI::App* sub, bool with_split, const std::st
   return s;
 }
 
-}  // namespace
-
-void register_analysis_commands(CLI::App& app) {
+void add_usage_command(CLI::App& app) {
   auto* usage = app.add_subcommand("usage",
                                    "expert usage per MoE layer on held-out data: layer x expert heatmap, "
                                    "usage per stored expert, globally dead experts (SVG + JSON)");
@@ -72,7 +70,9 @@ void register_analysis_commands(CLI::App& app) {
                              u.globally_dead(), split, mean_loss(u.loss));
     for (auto& p : paths) std::cout << "wrote " << p << "\n";
   });
+}
 
+void add_probe_command(CLI::App& app) {
   auto* probe = app.add_subcommand(
       "probe",
       "routing-randomization probe (UniPool): randomize one MoE layer's expert choice at a time and report "
@@ -104,7 +104,9 @@ void register_analysis_commands(CLI::App& app) {
     std::cout << rep.markdown();
     if (!pc->out_json.empty()) write_file_atomic(pc->out_json, rep.to_json().dump(2) + "\n");
   });
+}
 
+void add_diagnose_command(CLI::App& app) {
   auto* diag = app.add_subcommand(
       "diagnose",
       "UniF-MoE's motivation on a trained top-k MoE: value alignment rho_ij of expert pairs vs their co-activation "
@@ -140,7 +142,9 @@ void register_analysis_commands(CLI::App& app) {
         dopt.delta, dopt.epsilon);
     for (auto& p : write_diagnosis(d, prefix, model.cfg.run.name)) std::cout << "wrote " << p << "\n";
   });
+}
 
+void add_intb_probe_command(CLI::App& app) {
   auto* ip = app.add_subcommand(
       "intb-probe",
       "IntBMoE probes: remove one expert basis from every composition of one slot (1/sqrt(E) -> 1/sqrt(E-1)) and "
@@ -156,7 +160,9 @@ void register_analysis_commands(CLI::App& app) {
         ip_out->empty() ? (std::filesystem::path(read_checkpoint(ip_src->ckpt).dir) / "intb_probe").string() : *ip_out;
     for (auto& path : write_intb_probe(p, prefix, model.cfg.run.name)) std::cout << "wrote " << path << "\n";
   });
+}
 
+void add_intb_bake_command(CLI::App& app) {
   auto* bake = app.add_subcommand("intb-bake",
                                   "write an IntBMoE checkpoint with its K blocks composed once and stored, the "
                                   "codebook, hypernetworks and basis pools dropped (serving computes the same logits)");
@@ -170,6 +176,16 @@ void register_analysis_commands(CLI::App& app) {
     std::cout << fmt::format("baked {} IntBMoE slots: {} -> {} stored values; wrote {}\n", r.slots, r.parameters_before,
                              r.parameters_after, bake_out);
   });
+}
+
+}  // namespace
+
+void register_analysis_commands(CLI::App& app) {
+  add_usage_command(app);
+  add_probe_command(app);
+  add_diagnose_command(app);
+  add_intb_probe_command(app);
+  add_intb_bake_command(app);
 }
 
 }  // namespace mf::cli

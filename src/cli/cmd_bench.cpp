@@ -4,31 +4,22 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "core/peer.h"
 #include "core/runtime.h"
-#include "core/timing.h"
 #include "core/util.h"
-#include "data/corpus.h"
 #include "data/tokenizer_bench.h"
 #include "methods/intb/bench.h"
 #include "methods/unif/bench.h"
-#include "moe/dispatch.h"
-#include "moe/routers.h"
 #include "train/loss_bench.h"
 #include "train/moe_bench.h"
 
 namespace mf::cli {
+namespace {
 
-void register_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks");
-  bench->require_subcommand(1);
+void add_moe_bench(CLI::App* bench) {
   auto* moe = bench->add_subcommand(
       "moe",
       "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer, (b) a dense SwiGLU "
@@ -50,7 +41,9 @@ void register_bench_commands(CLI::App& app) {
     std::cout << table.text();
     if (!json_out.empty()) write_file_atomic(json_out, table.json().dump(2) + "\n");
   });
+}
 
+void add_unif_bench(CLI::App* bench) {
   auto* unif = bench->add_subcommand(
       "unif",
       "one UniF-MoE layer vs top-2 and top-1 MoE layers with the same GELU experts: inference and forward+backward "
@@ -77,7 +70,9 @@ void register_bench_commands(CLI::App& app) {
     std::cout << report.text;
     if (!unif_json.empty()) write_file_atomic(unif_json, report.json.dump(2) + "\n");
   });
+}
 
+void add_intb_bench(CLI::App* bench) {
   auto* intb = bench->add_subcommand(
       "intb",
       "one IntBMoE slot per request as the basis pool grows: inference time and resident memory with the "
@@ -112,7 +107,9 @@ void register_bench_commands(CLI::App& app) {
       write_file_atomic(intb_json,
                         nlohmann::json{{"inference", inference.json()}, {"training", training.json()}}.dump(2) + "\n");
   });
+}
 
+void add_tokenizer_bench(CLI::App* bench) {
   auto* tok = bench->add_subcommand(
       "tokenizer",
       "encode MB/s of our tokenizer.json (byte-level BPE) against Hugging Face's tokenizers library (Rust, through "
@@ -128,50 +125,17 @@ void register_bench_commands(CLI::App& app) {
   tok->add_option("--threads", tok_t->threads, "threads of the parallel pass")->check(CLI::PositiveNumber);
   tok->add_option("--json", tok_json, "also write the results as JSON");
   tok->callback([tok_t] {
-    std::vector<std::string> docs;
-    for (const auto& d : builtin_domains()) {
-      int64_t taken = 0;
-      for (auto& doc : extract_domain(d, source_root, tok_bytes * 2)) {
-        if (taken >= tok_bytes) break;
-        taken += static_cast<int64_t>(doc.size());
-        docs.push_back(std::move(doc));
-      }
-    }
-    const auto r = bench_tokenizer(tok_file, docs, tok_peer, tok_t->threads);
-    const double mb = r.bytes / 1e6;
-    std::cout << fmt::format("{:<44} {:>9} {:>9} {:>9}\n", "implementation", "seconds", "MB/s", "vs ours");
-    const auto row = [&](const std::string& name, double seconds) {
-      std::cout << fmt::format("{:<44} {:>9.3f} {:>9.2f} {:>8.2f}x\n", name, seconds, mb / seconds,
-                               seconds / r.serial_seconds);
-    };
-    row("moeforge, 1 thread, first pass", r.cold_seconds);
-    row("moeforge, 1 thread, second pass (ours)", r.serial_seconds);
-    row(fmt::format("moeforge, {} threads", r.threads), r.threads_seconds);
-    if (r.peer.contains("skipped")) {
+    const auto r = bench_tokenizer(tok_file, corpus_documents(source_root, tok_bytes), tok_peer, tok_t->threads);
+    std::cout << tokenizer_table(r).text();
+    if (r.peer.contains("skipped"))
       std::cout << "Hugging Face peer skipped: " << r.peer["skipped"].get<std::string>() << "\n";
-    } else {
-      row("HF tokenizers (Node), 1 call/doc, first pass", r.peer["cold_seconds"].get<double>());
-      row("HF tokenizers (Node), 1 call/doc, second", r.peer["serial_seconds"].get<double>());
-      row("HF tokenizers encodeBatch (its thread pool)", r.peer["batch_seconds"].get<double>());
-      if (r.peer["tokens"].get<int64_t>() != r.tokens)
-        throw std::runtime_error(
-            fmt::format("token counts differ: ours {}, Hugging Face {}", r.tokens, r.peer["tokens"].get<int64_t>()));
-    }
-    std::cout << fmt::format("{} documents, {:.2f} MB, {} tokens (the same count from both); {}\n", r.documents, mb,
-                             r.tokens, tok_file);
-    if (!tok_json.empty())
-      write_file_atomic(tok_json, nlohmann::json{{"bytes", r.bytes},
-                                                 {"documents", r.documents},
-                                                 {"tokens", r.tokens},
-                                                 {"cold_seconds", r.cold_seconds},
-                                                 {"serial_seconds", r.serial_seconds},
-                                                 {"threads_seconds", r.threads_seconds},
-                                                 {"threads", r.threads},
-                                                 {"peer", r.peer}}
-                                          .dump(2) +
-                                      "\n");
+    std::cout << fmt::format("{} documents, {:.2f} MB, {} tokens (the same count from both); {}\n", r.documents,
+                             r.bytes / 1e6, r.tokens, tok_file);
+    if (!tok_json.empty()) write_file_atomic(tok_json, tokenizer_json(r).dump(2) + "\n");
   });
+}
 
+void add_loss_bench(CLI::App* bench) {
   auto* loss = bench->add_subcommand(
       "loss",
       "LM head + next-token loss, forward and backward: logits then cross entropy against the fused chunked loss "
@@ -190,16 +154,23 @@ void register_bench_commands(CLI::App& app) {
   loss->add_option("--threads", loss_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   loss->callback([loss_t] {
     set_compute_threads(loss_t->threads);
-    const auto rows = bench_lm_loss(loss_tokens, loss_d, loss_vocab, loss_t->iters, loss_chunk);
-    std::cout << fmt::format("{:<28} {:>10} {:>16} {:>12}\n", "loss", "ms", "peak MB (extra)", "loss value");
-    for (const auto& r : rows)
-      std::cout << fmt::format("{:<28} {:>10.1f} {:>16.1f} {:>12.6f}\n", r.name, 1e3 * r.seconds, r.peak_bytes / 1e6,
-                               r.loss);
+    std::cout << loss_table(bench_lm_loss(loss_tokens, loss_d, loss_vocab, loss_t->iters, loss_chunk)).text();
     std::cout << fmt::format(
-        "N = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
+        "T = {} tokens, d = {}, V = {}: the logits alone are {:.0f} MB in float32; {} threads, best of {}\n",
         loss_tokens, loss_d, loss_vocab, 4e-6 * loss_tokens * loss_vocab, loss_t->threads, loss_t->iters);
   });
+}
 
+}  // namespace
+
+void register_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  add_moe_bench(bench);
+  add_unif_bench(bench);
+  add_intb_bench(bench);
+  add_tokenizer_bench(bench);
+  add_loss_bench(bench);
   add_performance_benches(bench);
   add_comm_bench(bench);
 }

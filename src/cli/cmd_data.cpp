@@ -49,11 +49,7 @@ void doctor(int64_t threads) {
         gflops);
 }
 
-}  // namespace
-
-void register_data_commands(CLI::App& app) {
-  auto* data = app.add_subcommand("data", "prepare the built-in multi-domain corpus");
-  data->require_subcommand(1);
+void add_prepare(CLI::App* data) {
   auto* prep = data->add_subcommand(
       "prepare",
       "extract dictionary (dict-gcide), scripture (bible-kjv), technical (c++-annotations) and quotations "
@@ -80,12 +76,23 @@ void register_data_commands(CLI::App& app) {
                              r.manifest["unigram_entropy_nats"].get<double>(), cfg.data.dir,
                              r.skipped ? " (unchanged)" : "");
   });
+}
 
+void add_doctor(CLI::App& app) {
   auto* doc =
       app.add_subcommand("doctor", "print LibTorch version, threads, the BLAS in use and measured sgemm GFLOP/s");
   static int64_t threads = 0;
   doc->add_option("--threads", threads, "intra-op threads to measure with (0 = the cores, as train.threads = 0)");
   doc->callback([] { doctor(threads); });
+}
+
+}  // namespace
+
+void register_data_commands(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "prepare the built-in multi-domain corpus");
+  data->require_subcommand(1);
+  add_prepare(data);
+  add_doctor(app);
 }
 
 }  // namespace mf::cli

@@ -28,10 +28,8 @@ std::string tokenizer_of(const std::string& source) {
   return model_tokenizer(source);
 }
 
-}  // namespace
-
-void register_hf_commands(CLI::App& app) {
-  static std::string in, out, arch, dtype = "f32", shard = "5GB", format = "hf";
+void add_import(CLI::App& app) {
+  static std::string in, out;
   auto* imp = app.add_subcommand(
       "import",
       "read a Hugging Face model directory (config.json + model.safetensors or shards; Mixtral, Qwen2-MoE, "
@@ -45,14 +43,16 @@ void register_hf_commands(CLI::App& app) {
     std::cout << fmt::format("wrote {}: {} model, {} parameters from {} Hugging Face tensors\n", out, r.arch,
                              r.parameters, r.tensors_read);
   });
+}
 
+void add_tokenize(CLI::App& app) {
+  static std::string source, text;
+  static std::vector<int> decode_ids;
+  static bool pieces = false;
   auto* tk = app.add_subcommand(
       "tokenize",
       "text -> token ids (or ids -> text with --decode) with the tokenizer of a checkpoint, run, "
       "prepared corpus or Hugging Face directory (SentencePiece tokenizer.model or byte-level BPE tokenizer.json)");
-  static std::string source, text;
-  static std::vector<int> decode_ids;
-  static bool pieces = false;
   tk->add_option("source", source,
                  "checkpoint, run or corpus directory, HF model directory, or a tokenizer.model / tokenizer.json")
       ->required();
@@ -74,7 +74,10 @@ void register_hf_commands(CLI::App& app) {
       for (int id : ids) std::cout << fmt::format("{:>8} {:?}\n", id, tok.decode({id}));
     spdlog::info("{} tokens for {} bytes (vocabulary {})", ids.size(), text.size(), tok.vocab_size());
   });
+}
 
+void add_export(CLI::App& app) {
+  static std::string in, out, arch, dtype = "f32", shard = "5GB", format = "hf";
   auto* exp = app.add_subcommand(
       "export",
       "write a checkpoint as a Hugging Face model directory (config.json, safetensors shards with an index, "
@@ -107,6 +110,14 @@ void register_hf_commands(CLI::App& app) {
     std::cout << fmt::format("wrote {}: {} model, {} tensors, {:.1f} MB in {} shard(s)\n", out, r.arch, r.tensors,
                              r.bytes / 1e6, r.shards);
   });
+}
+
+}  // namespace
+
+void register_hf_commands(CLI::App& app) {
+  add_import(app);
+  add_tokenize(app);
+  add_export(app);
 }
 
 }  // namespace mf::cli

@@ -2,14 +2,11 @@
 // `id` (TwoNN profile, two-segment allocation) and `jacobian` (local Jacobian rank).
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <iostream>
 
-#include "analysis/svg_plot.h"
 #include "cli/commands.h"
-#include "core/util.h"
-#include "io/checkpoint.h"
-#include "methods/latent/intrinsic_dim.h"
+#include "io/model_io.h"
+#include "methods/latent/id_report.h"
 #include "methods/latent/jacobian_rank.h"
 #include "methods/latent/latent.h"
 #include "methods/latent/shape.h"
@@ -36,51 +33,56 @@ std::string cost_row(int64_t d, const MoELayerShape& s) {
       static_cast<double>(s.latent > 0 ? s.latent : d) / static_cast<double>(s.expert_hidden));
 }
 
-}  // namespace
+// The shape tools share no option: each subcommand keeps its own.
+void add_cost(CLI::App* shape) {
+  static int64_t d = 256;
+  static std::string layer;
+  auto* c = shape->add_subcommand("cost", "P = N l m, C = K l m, V = K l, Q = 2l + N + 3ms; params and MACs per token");
+  c->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
+  c->add_option("layer", layer, "layer shape l,m,N,K,ms (l = 0: experts on the full width)")->required();
+  c->callback([] { std::cout << cost_row(d, parse_one(layer, "layer")) << "\n"; });
+}
 
-void register_latent_commands(CLI::App& app) {
-  static int64_t d = 256, multiple = 64, budget = 0, alpha = 2;
-  static std::string layer, targets;
+void add_square(CLI::App* shape) {
+  static int64_t budget = 0, multiple = 64;
   static double max_dev = 0.4;
-  auto* shape = app.add_subcommand("shape",
-                                   "LatentMoE shape tools: per-layer cost (P, C, V, Q), near-square expert "
-                                   "shapes, accuracy scaling, constant-cost allocation solver");
-  shape->require_subcommand(1);
-  auto* cost =
-      shape->add_subcommand("cost", "P = N l m, C = K l m, V = K l, Q = 2l + N + 3ms; params and MACs per token");
-  cost->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
-  cost->add_option("layer", layer, "layer shape l,m,N,K,ms (l = 0: experts on the full width)")->required();
-  cost->callback([] { std::cout << cost_row(d, parse_one(layer, "layer")) << "\n"; });
-
-  auto* square = shape->add_subcommand("square", "near-square (l, m) with l*m = budget, nearest to square first");
-  square->add_option("--budget", budget, "per-expert l*m")->required()->check(CLI::PositiveNumber);
-  square->add_option("--multiple", multiple, "hardware multiple for l and m")->check(CLI::PositiveNumber);
-  square->add_option("--max-aspect-dev", max_dev, "largest |l/m - 1| (the paper's best region: 0.4)");
-  square->callback([] {
+  auto* sq = shape->add_subcommand("square", "near-square (l, m) with l*m = budget, nearest to square first");
+  sq->add_option("--budget", budget, "per-expert l*m")->required()->check(CLI::PositiveNumber);
+  sq->add_option("--multiple", multiple, "hardware multiple for l and m")->check(CLI::PositiveNumber);
+  sq->add_option("--max-aspect-dev", max_dev, "largest |l/m - 1| (the paper's best region: 0.4)");
+  sq->callback([] {
     auto v = near_square_shapes(budget, multiple, max_dev);
     if (v.empty()) std::cout << "no shape: try a smaller --multiple or a larger --max-aspect-dev\n";
     for (auto& [l, m] : v) std::cout << fmt::format("l={:<6} m={:<6} l/m={:.3f}\n", l, m, double(l) / double(m));
   });
+}
 
-  auto* scale =
+void add_scale(CLI::App* shape) {
+  static int64_t d = 256, alpha = 2;
+  static std::string layer;
+  auto* sc =
       shape->add_subcommand("scale", "accuracy-oriented LatentMoE scaling: l = d/alpha, N' = alpha N, K' = alpha K");
-  scale->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
-  scale->add_option("--alpha", alpha, "compression d/l")->check(CLI::PositiveNumber);
-  scale->add_option("layer", layer, "uncompressed layer 0,m,N,K,ms")->required();
-  scale->callback([] {
+  sc->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
+  sc->add_option("--alpha", alpha, "compression d/l")->check(CLI::PositiveNumber);
+  sc->add_option("layer", layer, "uncompressed layer 0,m,N,K,ms")->required();
+  sc->callback([] {
     auto s = parse_one(layer, "layer");
     std::cout << "before: " << cost_row(d, s) << "\nafter:  " << cost_row(d, scale_for_accuracy(d, s, alpha)) << "\n";
   });
+}
 
-  auto* solve = shape->add_subcommand("solve",
-                                      "constant-cost allocation: for each target latent width, the layer "
-                                      "matching the reference's P, C, V and Q; rounded, with deviations");
-  solve->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
-  solve->add_option("--ref", layer, "reference layer l,m,N,K,ms")->required();
-  solve->add_option("--latent", targets, "comma-separated target latent widths")->required();
-  solve->add_option("--multiple", multiple, "round m and ms to this multiple")->check(CLI::PositiveNumber);
-  solve->callback([] {
-    auto ref = parse_one(layer, "--ref");
+void add_solve(CLI::App* shape) {
+  static int64_t d = 256, multiple = 64;
+  static std::string reference, targets;
+  auto* so = shape->add_subcommand("solve",
+                                   "constant-cost allocation: for each target latent width, the layer "
+                                   "matching the reference's P, C, V and Q; rounded, with deviations");
+  so->add_option("--d", d, "model width d")->check(CLI::PositiveNumber);
+  so->add_option("--ref", reference, "reference layer l,m,N,K,ms")->required();
+  so->add_option("--latent", targets, "comma-separated target latent widths")->required();
+  so->add_option("--multiple", multiple, "round m and ms to this multiple")->check(CLI::PositiveNumber);
+  so->callback([] {
+    auto ref = parse_one(reference, "--ref");
     std::cout << "reference: " << cost_row(d, ref) << "\n";
     std::stringstream ss(targets);
     for (std::string t; std::getline(ss, t, ',');) {
@@ -89,54 +91,43 @@ void register_latent_commands(CLI::App& app) {
                                s.m, s.N, s.K, s.ms, cost_row(d, s.rounded), s.deviations());
     }
   });
+}
 
-  static std::string ckpt, data_dir, out, narrow, wide;
-  static int64_t collect = 20000, keep = 5000, samples = 64;
-  static uint64_t seed = 0;
-  static double tol = 1e-3;
+void add_id(CLI::App& app) {
+  static IdRequest r;
+  static std::string reference;
   auto* id = app.add_subcommand("id",
                                 "layerwise intrinsic dimension (TwoNN) of a checkpoint's token representations, "
                                 "its plot, and the two-segment LatentMoE allocation it suggests");
-  id->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  id->add_option("--collect", collect, "tokens collected from the validation split")->check(CLI::PositiveNumber);
-  id->add_option("--keep", keep, "tokens kept at random (seeded) for TwoNN")->check(CLI::PositiveNumber);
-  id->add_option("--seed", seed, "seed of the token draw");
-  id->add_option("--data", data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
-  id->add_option("--out", out, "output prefix (default: CHECKPOINT_DIR/id -> id.json, id.svg)");
-  id->add_option("--narrow", narrow, "with --wide and --ref: latent width of the shallow (low-ID) segment");
-  id->add_option("--wide", wide, "latent width of the deep segment");
-  id->add_option("--ref", layer, "reference layer l,m,N,K,ms both segments are cost-matched to");
-  id->add_option("--multiple", multiple, "rounding multiple for the solver");
+  id->add_option("checkpoint", r.checkpoint, "checkpoint directory, its model.safetensors, or a run directory")
+      ->required();
+  id->add_option("--collect", r.collect, "tokens collected from the validation split")->check(CLI::PositiveNumber);
+  id->add_option("--keep", r.keep, "tokens kept at random (seeded) for TwoNN")->check(CLI::PositiveNumber);
+  id->add_option("--seed", r.seed, "seed of the token draw");
+  id->add_option("--data", r.data_dir, "prepared corpus directory (default: the checkpoint config's data.dir)");
+  id->add_option("--out", r.prefix, "output prefix (default: CHECKPOINT_DIR/id -> id.json, id.svg)");
+  id->add_option("--narrow", r.narrow, "with --wide and --ref: latent width of the shallow (low-ID) segment")
+      ->check(CLI::PositiveNumber);
+  id->add_option("--wide", r.wide, "latent width of the deep segment")->check(CLI::PositiveNumber);
+  id->add_option("--ref", reference, "reference layer l,m,N,K,ms both segments are cost-matched to");
+  id->add_option("--multiple", r.multiple, "rounding multiple for the solver")->check(CLI::PositiveNumber);
   id->callback([] {
-    auto l = load_model(ckpt);
-    PreparedCorpus corpus(data_dir.empty() ? l.cfg.data.dir : data_dir);
-    auto p = intrinsic_dimension_profile(l.model, corpus, "val", l.cfg.train.seq_len, collect, keep, seed);
-    const std::string prefix = out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "id").string() : out;
-    Series s{"TwoNN intrinsic dimension", {}, p.id};
-    for (size_t i = 0; i < p.id.size(); ++i) s.x.push_back(static_cast<double>(i));
-    write_file_atomic(prefix + ".svg", line_chart_svg({s}, {"intrinsic dimension per block — " + l.cfg.run.name,
-                                                            "block (output of)", "TwoNN ID"}));
-    const int64_t split = two_segment_split(p.id);
-    nlohmann::json j = {{"id", p.id},
-                        {"tokens_collected", p.tokens_collected},
-                        {"tokens_used", p.tokens_used},
-                        {"two_segment_split", split}};
-    for (size_t i = 0; i < p.id.size(); ++i) std::cout << fmt::format("block {:<3} ID {:.2f}\n", i, p.id[i]);
-    std::cout << (split < 0 ? std::string("no two-segment split: the profile never separates a low-ID prefix\n")
-                            : fmt::format("two-segment split: blocks 0..{} narrow, {}..{} wide\n", split - 1, split,
-                                          p.id.size() - 1));
-    if (split > 0 && !narrow.empty() && !wide.empty() && !layer.empty()) {
-      auto ref = parse_one(layer, "--ref");
-      const auto t = two_segment(l.cfg, split, ref, std::stoll(narrow), std::stoll(wide), multiple);
-      write_file_atomic(prefix + "_allocation.toml", to_toml(t.config));
-      j["allocation"] = {
-          {"latent", t.shapes()}, {"narrow_deviation", t.narrow.deviations()}, {"wide_deviation", t.wide.deviations()}};
-      std::cout << t.summary() << "wrote " << prefix << "_allocation.toml\n";
-    }
-    write_file_atomic(prefix + ".json", j.dump(2) + "\n");
-    std::cout << "wrote " << prefix << ".json, " << prefix << ".svg\n";
+    if (!reference.empty()) r.reference = parse_one(reference, "--ref");
+    const auto out = write_id_report(r);
+    const auto& id = out.profile.id;
+    for (size_t i = 0; i < id.size(); ++i) std::cout << fmt::format("block {:<3} ID {:.2f}\n", i, id[i]);
+    std::cout << (out.split < 0 ? std::string("no two-segment split: the profile never separates a low-ID prefix\n")
+                                : fmt::format("two-segment split: blocks 0..{} narrow, {}..{} wide\n", out.split - 1,
+                                              out.split, id.size() - 1));
+    if (out.allocation) std::cout << out.allocation->summary() << "wrote " << out.prefix << "_allocation.toml\n";
+    std::cout << "wrote " << out.prefix << ".json, " << out.prefix << ".svg\n";
   });
+}
 
+void add_jacobian(CLI::App& app) {
+  static std::string ckpt, data_dir;
+  static int64_t samples = 64;
+  static double tol = 1e-3;
   auto* jac =
       app.add_subcommand("jacobian", "numerical rank of routed experts' local Jacobians per MoE layer, / min(l, m)");
   jac->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
@@ -151,6 +142,21 @@ void register_latent_commands(CLI::App& app) {
       std::cout << fmt::format("{:<7} {:>5} {:>8} {:>10.3f} {:>8.3f} {:>8.3f}\n", r.layer, r.q, r.samples, r.mean_rank,
                                r.min_rank, r.max_rank);
   });
+}
+
+}  // namespace
+
+void register_latent_commands(CLI::App& app) {
+  auto* shape = app.add_subcommand("shape",
+                                   "LatentMoE shape tools: per-layer cost (P, C, V, Q), near-square expert "
+                                   "shapes, accuracy scaling, constant-cost allocation solver");
+  shape->require_subcommand(1);
+  add_cost(shape);
+  add_square(shape);
+  add_scale(shape);
+  add_solve(shape);
+  add_id(app);
+  add_jacobian(app);
 }
 
 }  // namespace mf::cli

@@ -59,110 +59,120 @@ void add_finetune_options(CLI::App* cmd, int64_t& steps, double& lr) {
   cmd->add_option("--finetune-lr", lr, "fine-tuning peak learning rate")->capture_default_str();
 }
 
-}  // namespace
-
-void register_repro_commands(CLI::App& app) {
-  auto* repro = app.add_subcommand("repro", "miniature reproductions of the papers' experiments");
-  repro->require_subcommand(1);
-
+void add_unipool_repro(CLI::App* repro) {
   auto* up = repro->add_subcommand(
       "unipool",
       "UniPool ablation in miniature: vanilla MoE, vanilla x a learnable gate scale, the shared pool with pool aux x "
       "gate scale, full UniPool and UniPool with half the pool (--all-arms: per-layer aux, unscaled softmax, sigmoid, "
       "NormRouter alone, G = 2); paired t intervals, heatmaps and the routing probe under --out");
-  static ReproArgs unipool_args{"configs/repro/unipool.toml", "docs/repro/unipool", {}, 5};
-  static UniPoolReproOptions unipool_opt;
-  static bool unipool_report_only = false;
-  add_rendered_options(up, unipool_args, unipool_report_only);
-  up->add_flag("--all-arms", unipool_opt.all_arms, "also the five secondary ablation arms");
-  up->add_flag("!--no-probe", unipool_opt.probe, "skip the routing-randomization probe");
-  up->callback(
-      [] { run_rendered(unipool_args, unipool_report_only, [] { return unipool_repro(unipool_args, unipool_opt); }); });
+  static ReproArgs args{"configs/repro/unipool.toml", "docs/repro/unipool", {}, 5};
+  static UniPoolReproOptions opt;
+  static bool report_only = false;
+  add_rendered_options(up, args, report_only);
+  up->add_flag("--all-arms", opt.all_arms, "also the five secondary ablation arms");
+  up->add_flag("!--no-probe", opt.probe, "skip the routing-randomization probe");
+  up->callback([] { run_rendered(args, report_only, [] { return unipool_repro(args, opt); }); });
+}
 
+void add_latent_repro(CLI::App* repro) {
   auto* lt = repro->add_subcommand(
       "latent",
       "LatentMoE in miniature: shape sweep at fixed l*m without a shared expert (U shape: quadratic coefficient in "
       "log2(l/m)) and, where the proxy's TwoNN profile has a split, the two-segment allocation vs uniform, swapped, "
       "reversed and moved boundaries, cost-matched");
-  static ReproArgs latent_args{"configs/repro/latent.toml", "docs/repro/latent", {}, 5};
-  static LatentReproOptions latent_opt;
-  static bool latent_report_only = false;
-  add_rendered_options(lt, latent_args, latent_report_only);
-  lt->add_option("--multiple", latent_opt.multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
-  lt->add_option("--latents", latent_opt.latents, "the sweep's latent widths l (m = l*m / l)")
+  static ReproArgs args{"configs/repro/latent.toml", "docs/repro/latent", {}, 5};
+  static LatentReproOptions opt;
+  static bool report_only = false;
+  add_rendered_options(lt, args, report_only);
+  lt->add_option("--multiple", opt.multiple, "rounding multiple of the solver")->check(CLI::PositiveNumber);
+  lt->add_option("--latents", opt.latents, "the sweep's latent widths l (m = l*m / l)")
       ->delimiter(',')
       ->type_name("L,L,...");
-  lt->add_option("--sweep-layers", latent_opt.sweep_layers,
-                 "model.n_layers of the shape sweep (default: the config's)");
-  lt->callback(
-      [] { run_rendered(latent_args, latent_report_only, [] { return latent_repro(latent_args, latent_opt); }); });
+  lt->add_option("--sweep-layers", opt.sweep_layers, "model.n_layers of the shape sweep (default: the config's)");
+  lt->callback([] { run_rendered(args, report_only, [] { return latent_repro(args, opt); }); });
+}
 
+void add_unif_repro(CLI::App* repro) {
   auto* uf = repro->add_subcommand(
       "unif",
       "UniF-MoE in miniature: pretrain a dense LM without --domain (or a ViT without --classes), upcycle two blocks "
       "into top-2, top-1, top-p and UniF-MoE (and its three ablations), fine-tune each and a dense control "
       "identically per seed on --domain (--classes) alone; quality, activated blocks, and the slots re-timed in "
       "interleaved rounds");
-  static ReproArgs unif_args{"configs/repro/unif-lm.toml", "docs/repro/unif-lm", {}, 5};
-  static UniFReproOptions unif_opt;
-  static bool unif_report_only = false;
-  add_rendered_options(uf, unif_args, unif_report_only);
-  uf->add_option("--layers", unif_opt.layers, "blocks to upcycle")->capture_default_str();
-  uf->add_option("--experts", unif_opt.experts, "experts K per upcycled block")->capture_default_str();
-  uf->add_option("--blocks", unif_opt.blocks, "UniF-MoE blocks B per expert")->capture_default_str();
-  uf->add_option("--top-p", unif_opt.top_p, "the top-p arm's mass")->capture_default_str();
-  uf->add_option("--domain", unif_opt.domain, "LM: the fine-tuning domain, left out of the pretraining")
+  static ReproArgs args{"configs/repro/unif-lm.toml", "docs/repro/unif-lm", {}, 5};
+  static UniFReproOptions opt;
+  static bool report_only = false;
+  add_rendered_options(uf, args, report_only);
+  uf->add_option("--layers", opt.layers, "blocks to upcycle")->capture_default_str();
+  uf->add_option("--experts", opt.experts, "experts K per upcycled block")->capture_default_str();
+  uf->add_option("--blocks", opt.blocks, "UniF-MoE blocks B per expert")->capture_default_str();
+  uf->add_option("--top-p", opt.top_p, "the top-p arm's mass")->capture_default_str();
+  uf->add_option("--domain", opt.domain, "LM: the fine-tuning domain, left out of the pretraining")
       ->capture_default_str()
       ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
-  uf->add_option("--classes", unif_opt.classes,
-                 "ViT: the fine-tuning classes (data.classes), left out of the pretraining")
+  uf->add_option("--classes", opt.classes, "ViT: the fine-tuning classes (data.classes), left out of the pretraining")
       ->capture_default_str();
-  add_finetune_options(uf, unif_opt.finetune_steps, unif_opt.finetune_lr);
-  uf->add_option("--secondary-seeds", unif_opt.secondary_seeds,
+  add_finetune_options(uf, opt.finetune_steps, opt.finetune_lr);
+  uf->add_option("--secondary-seeds", opt.secondary_seeds,
                  "seeds of top-1, top-p and the ablations (dense, top-2 and UniF-MoE: --seeds)")
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
-  uf->add_option("--timing-rounds", unif_opt.timing_rounds, "interleaved re-timing rounds per seed")
+  uf->add_option("--timing-rounds", opt.timing_rounds, "interleaved re-timing rounds per seed")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  uf->callback([] { run_rendered(unif_args, unif_report_only, [] { return unif_repro(unif_args, unif_opt); }); });
+  uf->callback([] { run_rendered(args, report_only, [] { return unif_repro(args, opt); }); });
+}
 
+void add_umoe_repro(CLI::App* repro) {
   auto* um = repro->add_subcommand(
       "umoe",
       "UMoE in miniature: pretrain a fine-grained vanilla MoE LM on the mixed corpus (its experts' domain "
       "specialisation measured), then per seed fine-tune on one domain directly, after UMoE's surgery and after the "
       "one-sided ablation; held-out losses at four points, curves, the low-saliency half's share and pruning cost");
-  static ReproArgs umoe_args{"configs/repro/umoe.toml", "docs/repro/umoe", {}, 5};
-  static UMoEReproOptions umoe_opt;
-  static bool umoe_report_only = false;
-  add_rendered_options(um, umoe_args, umoe_report_only);
-  um->add_option("--domain", umoe_opt.domain, "target domain")
+  static ReproArgs args{"configs/repro/umoe.toml", "docs/repro/umoe", {}, 5};
+  static UMoEReproOptions opt;
+  static bool report_only = false;
+  add_rendered_options(um, args, report_only);
+  um->add_option("--domain", opt.domain, "target domain")
       ->capture_default_str()
       ->check(CLI::IsMember({"dictionary", "scripture", "technical", "quotations"}));
-  add_finetune_options(um, umoe_opt.finetune_steps, umoe_opt.finetune_lr);
-  um->add_option("--calib-samples", umoe_opt.calib_samples, "calibration windows")->capture_default_str();
-  um->add_option("--prune", umoe_opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
-  um->add_option("--sigma", umoe_opt.sigma, "perturbation scale")->capture_default_str();
-  um->callback([] { run_rendered(umoe_args, umoe_report_only, [] { return umoe_repro(umoe_args, umoe_opt); }); });
+  add_finetune_options(um, opt.finetune_steps, opt.finetune_lr);
+  um->add_option("--calib-samples", opt.calib_samples, "calibration windows")->capture_default_str();
+  um->add_option("--prune", opt.prune, "fraction pruned and refilled per layer")->capture_default_str();
+  um->add_option("--sigma", opt.sigma, "perturbation scale")->capture_default_str();
+  um->callback([] { run_rendered(args, report_only, [] { return umoe_repro(args, opt); }); });
+}
 
+void add_intb_repro(CLI::App* repro) {
   auto* ib = repro->add_subcommand(
       "intb",
       "IntBMoE in miniature (the LM corpus, or a ViT base config on Fashion-MNIST): vs the dense backbone, top-2 "
       "MoE and SMEAR with E + 1 FFN-sized experts (the paper's matching) and at equal total parameters, the six "
       "ablations, the removal probe over seeds, the cache's cost over E");
-  static ReproArgs intb_args{"configs/repro/intb.toml", "docs/repro/intb", {}, 5};
-  static IntBReproOptions intb_opt;
-  static bool intb_report_only = false;
-  add_rendered_options(ib, intb_args, intb_report_only);
-  ib->add_flag("!--no-ablations", intb_opt.ablations, "skip the six ablation arms");
-  ib->add_option("--secondary-seeds", intb_opt.secondary_seeds,
-                 "seeds of every arm but IntBMoE and top-2 (those: --seeds)")
+  static ReproArgs args{"configs/repro/intb.toml", "docs/repro/intb", {}, 5};
+  static IntBReproOptions opt;
+  static bool report_only = false;
+  add_rendered_options(ib, args, report_only);
+  ib->add_flag("!--no-ablations", opt.ablations, "skip the six ablation arms");
+  ib->add_option("--secondary-seeds", opt.secondary_seeds, "seeds of every arm but IntBMoE and top-2 (those: --seeds)")
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
-  ib->add_option("--probe-seeds", intb_opt.probe_seeds, "IntBMoE seeds whose trained model the removal probe measures")
+  ib->add_option("--probe-seeds", opt.probe_seeds, "IntBMoE seeds whose trained model the removal probe measures")
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
-  ib->callback([] { run_rendered(intb_args, intb_report_only, [] { return intb_repro(intb_args, intb_opt); }); });
+  ib->callback([] { run_rendered(args, report_only, [] { return intb_repro(args, opt); }); });
+}
+
+}  // namespace
+
+void register_repro_commands(CLI::App& app) {
+  auto* repro = app.add_subcommand("repro", "miniature reproductions of the papers' experiments");
+  repro->require_subcommand(1);
+  add_unipool_repro(repro);
+  add_latent_repro(repro);
+  add_unif_repro(repro);
+  add_umoe_repro(repro);
+  add_intb_repro(repro);
 }
 
 }  // namespace mf::cli

@@ -1,12 +1,9 @@
 // UMoE: REAP saliency of a checkpoint's experts and the prune-clone-perturb surgery.
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
-#include "core/util.h"
-#include "io/checkpoint.h"
 #include "methods/umoe/umoe.h"
 
 namespace mf::cli {
@@ -40,46 +37,41 @@ void print_saliency(const std::vector<LayerSaliency>& layers, double fraction) {
   }
 }
 
-}  // namespace
+// Each command keeps its own options (same flags, separate storage).
+struct Calibration {
+  CalibrationSource source;
+  int64_t batch = 8;
+  bool layerwise = false;
+  void add_to(CLI::App* cmd) { add_calibration_options(cmd, source, batch, layerwise); }
+};
 
-void register_umoe_commands(CLI::App& app) {
+void add_saliency(CLI::App& app) {
   static std::string ckpt, out;
-  static CalibrationSource calib;
-  static int64_t batch = 8;
-  static bool layerwise = false;
+  static Calibration calib;
   static double fraction = 0.5;
-
   auto* sal = app.add_subcommand("saliency",
                                  "REAP saliency of every expert of a checkpoint's MoE layers on calibration tokens "
                                  "(gate-weighted output norm averaged over the tokens routed to it): table, JSON "
                                  "and an SVG heatmap");
   sal->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  add_calibration_options(sal, calib, batch, layerwise);
+  calib.add_to(sal);
   sal->add_option("--low", fraction, "report the routed share of this lowest-saliency fraction")->capture_default_str();
   sal->add_option("-o,--out", out, "output prefix (default: CHECKPOINT_DIR/saliency_SOURCE -> .json, .svg)");
   sal->callback([] {
-    LayerwisePeak peak;
-    auto layers = checkpoint_saliency(ckpt, calib, batch, layerwise, &peak);
-    print_saliency(layers, fraction);
-    const auto dir = checkpoint_dir(ckpt);
-    const std::string prefix =
-        out.empty() ? (std::filesystem::path(dir) / ("saliency_" + calibration_label(calib.source))).string() : out;
-    nlohmann::json j = {
-        {"checkpoint", dir},      {"calibration", calib.source},           {"samples", calib.samples},
-        {"layerwise", layerwise}, {"peak_rss_bytes", peak.peak_rss_bytes}, {"layers", saliency_json(layers)}};
-    if (layerwise) {
-      j["model_bytes"] = peak.model_bytes;
-      j["largest_block_bytes"] = peak.largest_block_bytes;
+    const auto r = write_saliency(ckpt, calib.source, calib.batch, calib.layerwise, out);
+    print_saliency(r.layers, fraction);
+    if (calib.layerwise)
       std::cout << fmt::format("layer-by-layer: peak RSS {} for a {} model.safetensors (largest block {})\n",
-                               mib(peak.peak_rss_bytes), mib(peak.model_bytes), mib(peak.largest_block_bytes));
-    } else {
-      std::cout << fmt::format("peak RSS {}\n", mib(peak.peak_rss_bytes));
-    }
-    write_file_atomic(prefix + ".json", j.dump(2) + "\n");
-    write_file_atomic(prefix + ".svg", saliency_svg(layers, "REAP saliency on " + calibration_label(calib.source)));
-    std::cout << "wrote " << prefix << ".json and " << prefix << ".svg\n";
+                               mib(r.peak.peak_rss_bytes), mib(r.peak.model_bytes), mib(r.peak.largest_block_bytes));
+    else
+      std::cout << fmt::format("peak RSS {}\n", mib(r.peak.peak_rss_bytes));
+    std::cout << "wrote " << r.prefix << ".json and " << r.prefix << ".svg\n";
   });
+}
 
+void add_surgery(CLI::App& app) {
+  static std::string ckpt, out;
+  static Calibration calib;
   static SurgeryOptions so;
   auto* um = app.add_subcommand(
       "umoe",
@@ -89,14 +81,14 @@ void register_umoe_commands(CLI::App& app) {
       "umoe_report.json. Fine-tune with `train --init-from OUT --set data.weight_<other domains>=0`");
   um->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
   um->add_option("-o,--out", out, "output checkpoint directory")->required();
-  add_calibration_options(um, calib, batch, layerwise);
+  calib.add_to(um);
   um->add_option("--prune", so.prune, "fraction of each layer's experts pruned, in (0, 1)")->capture_default_str();
   um->add_option("--sigma", so.sigma, "perturbation: W + sigma * std(W) * N(0, 1)")->capture_default_str();
   um->add_option("--seed", so.seed, "seed of the perturbation noise")->capture_default_str();
   um->add_flag("--one-sided", so.one_sided, "perturb only the clones (the paper's ablation)");
   um->add_flag("--prune-only", so.prune_only, "write the pruned model with fewer experts (REAP's own use)");
   um->callback([] {
-    auto r = run_umoe(ckpt, calib, so, out, batch, layerwise);
+    auto r = run_umoe(ckpt, calib.source, so, out, calib.batch, calib.layerwise);
     for (size_t i = 0; i < r.surgery.layers.size(); ++i) {
       const auto& l = r.surgery.layers[i];
       std::cout << fmt::format("layer {}: pruned {} ({:.1f} % of routed pairs); {} {}\n", l.layer,
@@ -108,6 +100,13 @@ void register_umoe_commands(CLI::App& app) {
       std::cout << fmt::format("fine-tune: moeforge train --init-from {} --set data.weight_<other domain>=0 ...\n",
                                out);
   });
+}
+
+}  // namespace
+
+void register_umoe_commands(CLI::App& app) {
+  add_saliency(app);
+  add_surgery(app);
 }
 
 }  // namespace mf::cli

@@ -30,8 +30,6 @@ void register_hf_commands(CLI::App& app);        // import, export, tokenize (Hu
 void register_serve_commands(CLI::App& app);     // serve (HTTP)
 void register_dist_commands(CLI::App& app);      // launch (data parallel)
 
-// CONFIG file (optional) + --set overrides, validated.
-Config resolve_config(const std::string& path, const std::vector<std::string>& sets);
 void add_set_option(CLI::App* cmd, std::vector<std::string>& sets);
 
 }  // namespace mf::cli

@@ -195,6 +195,13 @@ Config load_config(const std::string& path) {
   return cfg;
 }
 
+Config resolve_config(const std::string& path, const std::vector<std::string>& sets) {
+  Config cfg = path.empty() ? Config{} : load_config(path);
+  for (const auto& s : sets) apply_override(cfg, s);
+  validate(cfg);
+  return cfg;
+}
+
 void apply_override(Config& cfg, const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) throw ConfigError(fmt::format("--set '{}': expected KEY=VALUE", assignment));

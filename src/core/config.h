@@ -239,6 +239,8 @@ const KeySpec* find_key(const std::string& path);
 std::string closest_key(const std::string& path);
 
 Config load_config(const std::string& path);
+// A TOML file ("": the defaults) with `sets` ("key=value") applied and the result validated.
+Config resolve_config(const std::string& path, const std::vector<std::string>& sets);
 void apply_toml_text(Config& cfg, const std::string& text, const std::string& source);
 void apply_override(Config& cfg, const std::string& assignment);  // "train.lr=3e-4"
 // data.classes as class indices ({} = all); ConfigError when it is neither all nor a list.

@@ -21,9 +21,9 @@ static ImageSplit read_split(const std::string& dir, const std::string& prefix) 
   return s;
 }
 
-// The images of `s` whose label is one of `keep_C` (a bool per class).
-static ImageSplit only_classes(const ImageSplit& s, const at::Tensor& keep_C) {
-  const auto rows = keep_C.index_select(0, s.labels).nonzero().squeeze(1);
+// The images of `s` whose label is one of `keep` (a bool per class).
+static ImageSplit only_classes(const ImageSplit& s, const at::Tensor& keep) {
+  const auto rows = keep.index_select(0, s.labels).nonzero().squeeze(1);
   return {s.images.index_select(0, rows), s.labels.index_select(0, rows)};
 }
 
@@ -43,13 +43,13 @@ ImageDataset::ImageDataset(const std::string& dir, int64_t val, const std::vecto
   mean = pixels.mean().item<double>();
   std = pixels.std().item<double>();
   if (classes.empty()) return;
-  auto keep_C = at::zeros({num_classes_}, at::kBool);
+  auto keep = at::zeros({num_classes_}, at::kBool);
   for (const auto k : classes) {
     if (k < 0 || k >= num_classes_)
       throw DataError(fmt::format("data.classes: {} has no class {} (its labels are 0-{})", dir, k, num_classes_ - 1));
-    keep_C[k] = true;
+    keep[k] = true;
   }
-  train_ = only_classes(train_, keep_C), val_ = only_classes(val_, keep_C), test_ = only_classes(test_, keep_C);
+  train_ = only_classes(train_, keep), val_ = only_classes(val_, keep), test_ = only_classes(test_, keep);
   if (train_.labels.numel() == 0) throw DataError(fmt::format("data.classes: {} has no training images of them", dir));
 }
 
@@ -60,8 +60,8 @@ const ImageSplit& ImageDataset::split(const std::string& name) const {
   throw DataError("unknown image split '" + name + "' (train, val, test)");
 }
 
-at::Tensor ImageDataset::normalize(const at::Tensor& images_NHW) const {
-  return ((images_NHW.to(at::kFloat) / 255.0 - mean) / std).unsqueeze(1);
+at::Tensor ImageDataset::normalize(const at::Tensor& images_BYX) const {
+  return ((images_BYX.to(at::kFloat) / 255.0 - mean) / std).unsqueeze(1);
 }
 
 const std::vector<std::string>& ImageDataset::class_names() {
@@ -73,24 +73,24 @@ const std::vector<std::string>& ImageDataset::class_names() {
 ImageSampler::ImageSampler(const ImageDataset& data, uint64_t seed, bool augment, int64_t pad, double erase)
     : data_(data), seed_(seed), augment_(augment), pad_(pad), erase_(erase) {}
 
-std::optional<Rectangle> draw_erase_rectangle(int64_t H, int64_t W, SplitMix64& rng) {
+std::optional<Rectangle> draw_erase_rectangle(int64_t Y, int64_t X, SplitMix64& rng) {
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double area = (0.02 + 0.38 * rng.uniform()) * static_cast<double>(H * W);
+    const double area = (0.02 + 0.38 * rng.uniform()) * static_cast<double>(Y * X);
     const double aspect = std::exp(std::log(0.3) + (std::log(1 / 0.3) - std::log(0.3)) * rng.uniform());
     const auto h = static_cast<int64_t>(std::lround(std::sqrt(area * aspect)));
     const auto w = static_cast<int64_t>(std::lround(std::sqrt(area / aspect)));
-    if (h < 1 || w < 1 || h > H || w > W) continue;
-    const auto y = static_cast<int64_t>(rng.below(static_cast<uint64_t>(H - h + 1)));
-    const auto x = static_cast<int64_t>(rng.below(static_cast<uint64_t>(W - w + 1)));
+    if (h < 1 || w < 1 || h > Y || w > X) continue;
+    const auto y = static_cast<int64_t>(rng.below(static_cast<uint64_t>(Y - h + 1)));
+    const auto x = static_cast<int64_t>(rng.below(static_cast<uint64_t>(X - w + 1)));
     return Rectangle{y, x, h, w};
   }
   return std::nullopt;
 }
 
-void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
-  if (auto r = draw_erase_rectangle(image_HW.size(0), image_HW.size(1), rng)) {
-    image_HW = image_HW.clone();
-    image_HW.narrow(0, r->y, r->h).narrow(1, r->x, r->w).fill_(fill);
+void erase_rectangle(at::Tensor& image_YX, SplitMix64& rng, uint8_t fill) {
+  if (auto r = draw_erase_rectangle(image_YX.size(0), image_YX.size(1), rng)) {
+    image_YX = image_YX.clone();
+    image_YX.narrow(0, r->y, r->h).narrow(1, r->x, r->w).fill_(fill);
   }
 }
 
@@ -98,38 +98,38 @@ void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill) {
 // 784 pixels it moves, and the batch is on every training step's path.
 ImageBatch ImageSampler::sample(int64_t step, int64_t micro, int64_t batch_size) const {
   const auto& train = data_.split("train");
-  const int64_t n = train.images.size(0), H = train.images.size(1), W = train.images.size(2);
+  const int64_t n = train.images.size(0), Y = train.images.size(1), X = train.images.size(2);
   const auto source = train.images.contiguous();
   const uint8_t* pixels = source.data_ptr<uint8_t>();
-  auto batch_BHW = at::empty({batch_size, H, W}, source.options());
-  uint8_t* out = batch_BHW.data_ptr<uint8_t>();
+  auto batch_BYX = at::empty({batch_size, Y, X}, source.options());
+  uint8_t* out = batch_BYX.data_ptr<uint8_t>();
   const auto fill = static_cast<uint8_t>(std::lround(data_.mean * 255));
   SplitMix64 rng(mix_seed(seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(micro)));
   std::vector<int64_t> index;
   for (int64_t b = 0; b < batch_size; ++b) {
     const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
     index.push_back(i);
-    const uint8_t* image = pixels + i * H * W;
-    uint8_t* dst = out + b * H * W;
+    const uint8_t* image = pixels + i * Y * X;
+    uint8_t* dst = out + b * Y * X;
     if (!augment_) {
-      std::copy(image, image + H * W, dst);
+      std::copy(image, image + Y * X, dst);
       continue;
     }
     // the crop at (dy, dx) of the image zero-padded by pad_, then mirrored with probability 1/2
     const auto dy = static_cast<int64_t>(rng.below(2 * pad_ + 1)) - pad_;
     const auto dx = static_cast<int64_t>(rng.below(2 * pad_ + 1)) - pad_;
     const bool flip = rng.below(2) == 1;
-    for (int64_t r = 0; r < H; ++r)
-      for (int64_t c = 0; c < W; ++c) {
-        const int64_t y = r + dy, x = (flip ? W - 1 - c : c) + dx;
-        dst[r * W + c] = y >= 0 && y < H && x >= 0 && x < W ? image[y * W + x] : 0;
+    for (int64_t r = 0; r < Y; ++r)
+      for (int64_t c = 0; c < X; ++c) {
+        const int64_t y = r + dy, x = (flip ? X - 1 - c : c) + dx;
+        dst[r * X + c] = y >= 0 && y < Y && x >= 0 && x < X ? image[y * X + x] : 0;
       }
     if (erase_ > 0 && rng.uniform() < erase_)
-      if (auto e = draw_erase_rectangle(H, W, rng))
-        for (int64_t r = e->y; r < e->y + e->h; ++r) std::fill_n(dst + r * W + e->x, e->w, fill);
+      if (auto e = draw_erase_rectangle(Y, X, rng))
+        for (int64_t r = e->y; r < e->y + e->h; ++r) std::fill_n(dst + r * X + e->x, e->w, fill);
   }
   auto labels = train.labels.index_select(0, at::tensor(index, at::kLong));
-  return {data_.normalize(batch_BHW), labels};
+  return {data_.normalize(batch_BYX), labels};
 }
 
 ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count) {

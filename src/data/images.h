@@ -16,12 +16,12 @@ namespace mf {
 struct SplitMix64;
 
 struct ImageSplit {
-  at::Tensor images;  // uint8 [N, H, W]
-  at::Tensor labels;  // int64 [N]
+  at::Tensor images;  // uint8 [B, Y, X]
+  at::Tensor labels;  // int64 [B]
 };
 
 struct ImageBatch {
-  at::Tensor images;  // float [B, 1, H, W], normalised
+  at::Tensor images;  // float [B, 1, Y, X], normalised
   at::Tensor labels;  // int64 [B]
 };
 
@@ -31,7 +31,7 @@ class ImageDataset {
   const ImageSplit& split(const std::string& name) const;  // train | val | test
   int64_t num_classes() const { return num_classes_; }
   int64_t image_size() const { return train_.images.size(1); }
-  at::Tensor normalize(const at::Tensor& images_NHW) const;  // uint8 -> float [N, 1, H, W]
+  at::Tensor normalize(const at::Tensor& images_BYX) const;  // uint8 -> float [B, 1, Y, X]
   double mean = 0, std = 1;                                  // of the training pixels in [0, 1]
   static const std::vector<std::string>& class_names();
 
@@ -60,12 +60,12 @@ class ImageSampler {
 // Random erasing (Zhong et al. 2017, sl = 0.02, sh = 0.4, r1 = 0.3): a rectangle of area
 // fraction U(0.02, 0.4) and aspect ratio log-uniform in [0.3, 1/0.3], retried until it fits,
 // set to `fill`. Draws from `rng` only.
-void erase_rectangle(at::Tensor& image_HW, SplitMix64& rng, uint8_t fill);
+void erase_rectangle(at::Tensor& image_YX, SplitMix64& rng, uint8_t fill);
 struct Rectangle {
   int64_t y, x, h, w;  // top row, left column, height, width
 };
 // the rectangle erase_rectangle fills (none after 10 draws that do not fit)
-std::optional<Rectangle> draw_erase_rectangle(int64_t H, int64_t W, SplitMix64& rng);
+std::optional<Rectangle> draw_erase_rectangle(int64_t Y, int64_t X, SplitMix64& rng);
 
 // Images [begin, begin + count) of a split, unaugmented (evaluation).
 ImageBatch image_range(const ImageDataset& data, const std::string& split, int64_t begin, int64_t count);

@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
+#include "data/corpus.h"
 #include "data/hf_tokenizer.h"
 
 namespace mf {
@@ -71,7 +73,50 @@ TokenizerBench bench_tokenizer(const std::string& tokenizer_json, const std::vec
   for (auto& t : pool) t.join();
   r.threads_seconds = seconds_since(t0);
   r.peer = peer_script.empty() ? nlohmann::json{{"skipped", "no peer"}} : run_peer(peer_script, tokenizer_json, docs);
+  if (!r.peer.contains("skipped") && r.peer["tokens"].get<int64_t>() != r.tokens)
+    throw std::runtime_error(
+        fmt::format("token counts differ: ours {}, Hugging Face {}", r.tokens, r.peer["tokens"].get<int64_t>()));
   return r;
+}
+
+std::vector<std::string> corpus_documents(const std::string& source_root, int64_t bytes) {
+  std::vector<std::string> docs;
+  for (const auto& d : builtin_domains()) {
+    int64_t taken = 0;
+    for (auto& doc : extract_domain(d, source_root, bytes * 2)) {
+      if (taken >= bytes) break;
+      taken += static_cast<int64_t>(doc.size());
+      docs.push_back(std::move(doc));
+    }
+  }
+  return docs;
+}
+
+ResultTable tokenizer_table(const TokenizerBench& r) {
+  ResultTable t({{"implementation", "implementation", "", -44},
+                 {"seconds", "seconds", "{:.3f}", 9},
+                 {"mb_per_s", "MB/s", "{:.2f}", 9},
+                 {"vs_ours", "vs ours", "{:.2f}x", 9}});
+  const auto row = [&](const std::string& name, double seconds) {
+    t.add({{"implementation", name},
+           {"seconds", seconds},
+           {"mb_per_s", static_cast<double>(r.bytes) / 1e6 / seconds},
+           {"vs_ours", seconds / r.serial_seconds}});
+  };
+  row("moeforge, 1 thread, first pass", r.cold_seconds);
+  row("moeforge, 1 thread, second pass (ours)", r.serial_seconds);
+  row(fmt::format("moeforge, {} threads", r.threads), r.threads_seconds);
+  if (!r.peer.contains("skipped")) {
+    row("HF tokenizers (Node), 1 call/doc, first pass", r.peer["cold_seconds"].get<double>());
+    row("HF tokenizers (Node), 1 call/doc, second", r.peer["serial_seconds"].get<double>());
+    row("HF tokenizers encodeBatch (its thread pool)", r.peer["batch_seconds"].get<double>());
+  }
+  return t;
+}
+
+nlohmann::json tokenizer_json(const TokenizerBench& r) {
+  return {{"documents", r.documents}, {"bytes", r.bytes}, {"tokens", r.tokens},
+          {"threads", r.threads},     {"peer", r.peer},   {"rows", tokenizer_table(r).json()}};
 }
 
 }  // namespace mf

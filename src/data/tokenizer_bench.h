@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/table.h"
+
 namespace mf {
 
 struct TokenizerBench {
@@ -18,7 +20,17 @@ struct TokenizerBench {
 };
 
 // `docs` are encoded with the tokenizer at `tokenizer_json`; `peer_script` '' skips the peer.
+// Throws when the peer's token count differs from ours.
 TokenizerBench bench_tokenizer(const std::string& tokenizer_json, const std::vector<std::string>& docs,
                                const std::string& peer_script, int threads);
+
+// Up to `bytes` of text from each built-in corpus domain, whole documents, from the packages
+// under `source_root`.
+std::vector<std::string> corpus_documents(const std::string& source_root, int64_t bytes);
+
+// One row per implementation and pass: seconds, MB/s, and seconds relative to our second pass.
+ResultTable tokenizer_table(const TokenizerBench& r);
+// The figures behind it, with the table's rows (`--json`).
+nlohmann::json tokenizer_json(const TokenizerBench& r);
 
 }  // namespace mf

@@ -82,31 +82,31 @@ at::Tensor ExpertParallelBank::forward_unit(int64_t unit, const at::Tensor& rows
 // rows_PD sorted by expert (counts_E of each) -> the experts' outputs in the same order.
 at::Tensor ExpertParallelBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) {
   const int W = group_.world();
-  const int64_t L = owned_;
+  const int64_t U = owned_;
   auto sent_E = counts_E.to(at::kCPU, at::kLong).contiguous();
-  // what each rank will receive, per source rank and owned expert: [W, L]
-  auto got_WL = at::empty({W * L}, sent_E.options());
-  group_.all_to_all(got_WL, sent_E, std::vector<int64_t>(W, L), std::vector<int64_t>(W, L));
-  got_WL = got_WL.view({W, L});
-  const auto sent_W = sent_E.view({W, L}).sum(1), got_W = got_WL.sum(1);
+  // what each rank will receive, per source rank and owned expert: [W, U]
+  auto got_WU = at::empty({W * U}, sent_E.options());
+  group_.all_to_all(got_WU, sent_E, std::vector<int64_t>(W, U), std::vector<int64_t>(W, U));
+  got_WU = got_WU.view({W, U});
+  const auto sent_W = sent_E.view({W, U}).sum(1), got_W = got_WU.sum(1);
   const std::vector<int64_t> in_rows(sent_W.data_ptr<int64_t>(), sent_W.data_ptr<int64_t>() + W);
   const std::vector<int64_t> out_rows(got_W.data_ptr<int64_t>(), got_W.data_ptr<int64_t>() + W);
   auto received = exchange_rows(group_, rows_PD, out_rows, in_rows);  // by source rank, then expert
 
   // regroup by owned expert: the i-th row of the local batch is received row order[i], and
   // received row j is local row place[j]
-  const int64_t R = received.size(0);
-  const auto* got = got_WL.data_ptr<int64_t>();
-  auto order_R = at::empty({R}, sent_E.options()), place_R = at::empty({R}, sent_E.options());
-  auto *order = order_R.data_ptr<int64_t>(), *place = place_R.data_ptr<int64_t>();
-  std::vector<int64_t> start(W * L);
-  for (int64_t i = 0, off = 0; i < W * L; off += got[i], ++i) start[i] = off;
+  const int64_t P = received.size(0);
+  const auto* got = got_WU.data_ptr<int64_t>();
+  auto order_P = at::empty({P}, sent_E.options()), place_P = at::empty({P}, sent_E.options());
+  auto *order = order_P.data_ptr<int64_t>(), *place = place_P.data_ptr<int64_t>();
+  std::vector<int64_t> start(W * U);
+  for (int64_t i = 0, off = 0; i < W * U; off += got[i], ++i) start[i] = off;
   int64_t i = 0;
-  for (int64_t l = 0; l < L; ++l)
+  for (int64_t u = 0; u < U; ++u)
     for (int q = 0; q < W; ++q)
-      for (int64_t j = 0; j < got[q * L + l]; ++j, ++i) place[order[i] = start[q * L + l] + j] = i;
-  auto out_local = bank_->forward_grouped(gather_rows(received, order_R), got_WL.sum(0));
-  auto back = gather_rows(out_local, place_R);  // received order again
+      for (int64_t j = 0; j < got[q * U + u]; ++j, ++i) place[order[i] = start[q * U + u] + j] = i;
+  auto out_local = bank_->forward_grouped(gather_rows(received, order_P), got_WU.sum(0));
+  auto back = gather_rows(out_local, place_P);  // received order again
   return exchange_rows(group_, back, in_rows, out_rows);
 }
 

@@ -7,16 +7,17 @@
 
 namespace mf {
 
-// q [B, H, N, Dh], k and v [B, H, S, Dh] (S >= N) -> [B, H, N, Dh], differentiable in q, k, v:
-//   s_ij = q_i . k_j / sqrt(Dh)  (causal: -inf where j > i + S - N),  P = softmax_j(s),  o_i = sum_j P_ij v_j
+// q [B, H, queries, Dh], k and v [B, H, keys, Dh] (keys >= queries) -> [B, H, queries, Dh],
+// differentiable in q, k, v:
+//   s_ij = q_i . k_j / sqrt(Dh)  (causal: -inf where j > i + keys - queries),  P = softmax_j(s),  o_i = sum_j P_ij v_j
 // backward from dO:
 //   dP_ij = dO_i . v_j,  dV_j = sum_i P_ij dO_i,  dS_ij = P_ij (dP_ij - sum_l P_il dP_il),
 //   dQ_i = sum_j dS_ij k_j / sqrt(Dh),  dK_j = sum_i dS_ij q_i / sqrt(Dh)
 at::Tensor small_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal);
 
-// The same from the fused projection's output qkv [B, T, 3, H, Dh] (q, k, v = qkv[:, :, 0..2])
-// -> [B, T, H, Dh], read and written in place: no head transposes, one gradient tensor.
-at::Tensor small_attention_packed(const at::Tensor& qkv_BT3HDh, bool causal);
+// The same from the fused projection's output qkv [B, L, 3, H, Dh] (q, k, v = qkv[:, :, 0..2])
+// -> [B, L, H, Dh], read and written in place: no head transposes, one gradient tensor.
+at::Tensor small_attention_packed(const at::Tensor& qkv_BL3HDh, bool causal);
 
 // Where small_attention beats the bmm path: CPU tensors and short sequences.
 bool small_attention_applies(const at::Tensor& q, int64_t keys);

@@ -24,16 +24,16 @@ ViTAttentionImpl::ViTAttentionImpl(int64_t d, int64_t heads_) : heads(heads_) {
   proj = register_module("proj", std::make_shared<BiasedLinearImpl>(d, d, /*output=*/true));
 }
 
-torch::Tensor ViTAttentionImpl::forward(const torch::Tensor& x_BTD) {
-  const int64_t B = x_BTD.size(0), T = x_BTD.size(1), D = x_BTD.size(2), Dh = D / heads;
-  auto qkv_BT3HDh = qkv->forward(x_BTD).view({B, T, 3, heads, Dh});
-  if (small_attention_applies(qkv_BT3HDh, T))
-    return proj->forward(small_attention_packed(qkv_BT3HDh, /*causal=*/false).view({B, T, D}));
-  auto qkv_3BHTd = qkv_BT3HDh.permute({2, 0, 3, 1, 4});
-  auto q = qkv_3BHTd[0], k = qkv_3BHTd[1], v = qkv_3BHTd[2];
+torch::Tensor ViTAttentionImpl::forward(const torch::Tensor& x_BLD) {
+  const int64_t B = x_BLD.size(0), L = x_BLD.size(1), D = x_BLD.size(2), Dh = D / heads;
+  auto qkv_BL3HDh = qkv->forward(x_BLD).view({B, L, 3, heads, Dh});
+  if (small_attention_applies(qkv_BL3HDh, L))
+    return proj->forward(small_attention_packed(qkv_BL3HDh, /*causal=*/false).view({B, L, D}));
+  auto qkv_3BHLDh = qkv_BL3HDh.permute({2, 0, 3, 1, 4});
+  auto q = qkv_3BHLDh[0], k = qkv_3BHLDh[1], v = qkv_3BHLDh[2];
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
-  auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, Dh]
-  return proj->forward(out.transpose(1, 2).reshape({B, T, D}));
+  auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, L, Dh]
+  return proj->forward(out.transpose(1, 2).reshape({B, L, D}));
 }
 
 ViTBlockImpl::ViTBlockImpl(const ModelConfig& c, int64_t layer, const MoEPlan& plan) {
@@ -59,8 +59,10 @@ torch::Tensor ConvStemImpl::forward(const torch::Tensor& images) {
 }
 
 torch::Tensor patchify(const torch::Tensor& images, int64_t p) {
-  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
-  return images.view({B, C, H / p, p, W / p, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, (H / p) * (W / p), C * p * p});
+  const int64_t B = images.size(0), channels = images.size(1), Y = images.size(2), X = images.size(3);
+  return images.view({B, channels, Y / p, p, X / p, p})
+      .permute({0, 2, 4, 1, 3, 5})
+      .reshape({B, (Y / p) * (X / p), channels * p * p});
 }
 
 VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& c) : cfg_(c) {

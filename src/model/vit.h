@@ -28,7 +28,7 @@ TORCH_MODULE(LayerNorm);
 class ViTAttentionImpl : public torch::nn::Module {
  public:
   ViTAttentionImpl(int64_t d_model, int64_t heads);
-  torch::Tensor forward(const torch::Tensor& x_BTD);
+  torch::Tensor forward(const torch::Tensor& x_BLD);
   BiasedLinear qkv, proj;
   int64_t heads;
 };
@@ -51,16 +51,16 @@ TORCH_MODULE(ViTBlock);
 class ConvStemImpl : public torch::nn::Module, public DeclaresParamRoles {
  public:
   ConvStemImpl(int64_t in, int64_t out);
-  torch::Tensor forward(const torch::Tensor& images_BCHW);
+  torch::Tensor forward(const torch::Tensor& images);
   ParamRoleList param_roles() const override {
     return {{"weight", ParamRole::FanInUniform}, {"bias", ParamRole::Bias}};
   }
-  torch::Tensor weight, bias;  // [S, C 3 3], [S]
+  torch::Tensor weight, bias;  // [out, in 3 3], [out]
   int64_t in;
 };
 TORCH_MODULE(ConvStem);
 
-// images [B, C, H, W] -> patches [B, N, C p p], patch (i, j) at row i * (W / p) + j, channels
+// images [B, channels, Y, X] -> patches [B, L, channels p p], patch (i, j) at row i * (X / p) + j, channels
 // then rows then columns inside a patch.
 torch::Tensor patchify(const torch::Tensor& images, int64_t patch);
 
@@ -90,7 +90,7 @@ class VisionTransformerImpl : public torch::nn::Module, public DeclaresParamRole
 };
 TORCH_MODULE(VisionTransformer);
 
-// logits [B, classes] of images [B, C, H, W]; with flip_average the mean of the logits of the images and of
+// logits [B, classes] of images [B, channels, Y, X]; with flip_average the mean of the logits of the images and of
 // their horizontal mirror images. `after_forward` runs after each forward pass.
 torch::Tensor classify_logits(VisionTransformerImpl& model, const torch::Tensor& images, bool flip_average,
                               const std::function<void()>& after_forward = {});

@@ -22,10 +22,10 @@ class UnitBank : public torch::nn::Module {
   // one unit on arbitrary rows (dense reference, probes)
   virtual at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) = 0;
   // Work a bank does once per token, shared by all of the token's units (e.g. a projection of
-  // x): x_TD -> side_TX, or undefined for none. dispatch() gathers its rows like x's and calls
+  // x): x_TD -> side_TS, or undefined for none. dispatch() gathers its rows like x's and calls
   // the three-argument forward_grouped.
   virtual at::Tensor per_token(const at::Tensor& x_TD) { return {}; }
-  virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PX) {
+  virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PS) {
     return forward_grouped(rows_PD, counts_E);
   }
   // Inference (no grad): y_TD = sum over pairs of weight_P * unit_P(x[token_P]), pairs sorted by
@@ -54,7 +54,7 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   at::Tensor forward_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
                               const at::Tensor& counts_E, bool fused) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
-  // block b of B of expert e on rows, without the output bias (see ExpertBlocks)
+  // block b of G of expert e on rows, without the output bias (see ExpertBlocks)
   at::Tensor forward_block(int64_t e, int64_t b, int64_t blocks, const at::Tensor& rows);
   Activation activation() const { return activation_; }
   ParamRoleList param_roles() const override;
@@ -71,10 +71,10 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   std::shared_ptr<UnitPack> pack_;
 };
 
-// The (expert, block) units of an ExpertBank: each expert's hidden width F is split into B
-// aligned blocks of F / B channels (gate, up and down together), unit u = (expert u / B,
-// block u % B) computes that block's partial output. The activation acts per channel, so an
-// expert's output is the sum of its B blocks plus its output bias, which is not part of any
+// The (expert, block) units of an ExpertBank: each expert's hidden width F is split into G
+// aligned blocks of F / G channels (gate, up and down together), unit u = (expert u / G,
+// block u % G) computes that block's partial output. The activation acts per channel, so an
+// expert's output is the sum of its G blocks plus its output bias, which is not part of any
 // block: whoever combines blocks adds each expert's bias once (add_output_bias).
 class ExpertBlocks : public UnitBank {
  public:

@@ -17,8 +17,8 @@ namespace {
 at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& counts_E,
                          UnitBank& bank) {
   auto rows_PD = gather_rows(x_TD, token_P);
-  const auto side_TX = bank.per_token(x_TD);
-  return side_TX.defined() ? bank.forward_grouped(rows_PD, counts_E, gather_rows(side_TX, token_P))
+  const auto side_TS = bank.per_token(x_TD);
+  return side_TS.defined() ? bank.forward_grouped(rows_PD, counts_E, gather_rows(side_TS, token_P))
                            : bank.forward_grouped(rows_PD, counts_E);
 }
 

@@ -12,11 +12,11 @@ namespace mf {
 // gate_up_EFD (gelu), down_EDF, optional biases gate_up_bias [E, 2F|F], down_bias [E, D]
 // (undefined tensors = none) -> [P, D]; differentiable in rows, weights and biases.
 //
-// blocks = B splits every expert's hidden width F into B aligned blocks of M = F / B channels
+// blocks = G splits every expert's hidden width F into G aligned blocks of M = F / G channels
 // (block b: channels [bM, (b+1)M) of gate, up and down together), and a unit is one
-// (expert, block) pair: U = E * B, unit u = expert u / B, block u % B. Since the activation
+// (expert, block) pair: U = E * G, unit u = expert u / G, block u % G. Since the activation
 // acts per channel, an expert's output is the sum of its blocks' outputs. The output bias
-// belongs to the whole expert, so it is refused with B > 1 (the caller adds it once).
+// belongs to the whole expert, so it is refused with G > 1 (the caller adds it once).
 // The per-unit loop needs the counts on the host: one copy of counts_U per call (this is
 // the fallback path; a grouped GEMM would take counts_U on the device).
 at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, const at::Tensor& down_EDF,

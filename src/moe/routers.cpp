@@ -26,13 +26,13 @@ at::Tensor sequence_aux_loss(const at::Tensor& scores_TE, const at::Tensor& toke
   const int64_t T = scores_TE.size(0), E = scores_TE.size(1);
   TORCH_CHECK(seq_len > 0 && T % seq_len == 0, "sequence-wise aux loss: ", T, " tokens are not whole sequences of ",
               seq_len);
-  const int64_t S = T / seq_len;
-  auto pair_SE = torch::div(token_P, seq_len, "trunc") * E + unit_P;
-  auto counts_SE = torch::zeros({S * E}, scores_TE.options())
-                       .index_add(0, pair_SE, torch::ones({unit_P.numel()}, scores_TE.options()));
-  auto f_SE = counts_SE.view({S, E}) * (static_cast<double>(E) / static_cast<double>(top_k * seq_len));
-  auto P_SE = scores_TE.view({S, seq_len, E}).mean(1);
-  return alpha * (f_SE * P_SE).sum(1).mean();
+  const int64_t B = T / seq_len;
+  auto pair_BE = torch::div(token_P, seq_len, "trunc") * E + unit_P;
+  auto counts_BE = torch::zeros({B * E}, scores_TE.options())
+                       .index_add(0, pair_BE, torch::ones({unit_P.numel()}, scores_TE.options()));
+  auto f_BE = counts_BE.view({B, E}) * (static_cast<double>(E) / static_cast<double>(top_k * seq_len));
+  auto P_BE = scores_TE.view({B, seq_len, E}).mean(1);
+  return alpha * (f_BE * P_BE).sum(1).mean();
 }
 
 at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta) {

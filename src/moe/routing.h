@@ -1,15 +1,7 @@
 // What a router hands the dispatcher: one row per routed (token, unit) pair, plus named
 // losses; and the routing statistics, kept as tensors until a logging step reads them.
 //
-// Shape letters used across src/moe (tensor names end in them, e.g. x_TD, logits_TE):
-//   T  tokens in the batch (rows of x)          D  model width (or the latent width l)
-//   E  units (experts) a router chooses among   K  units per token (top-k)
-//   F  hidden width of one expert               P  routed pairs (T*K for top-k; varies for top-p)
-//   U  units a bank computes: E experts, or E*B (expert, block) units (ExpertBlocks)
-//   M  hidden width of one unit (F, or F/B)     N  a unit's first-layer outputs (M; 2M for SwiGLU), padded
-//   X  width of a bank's per-token side input   S  sequences in the batch (sequence-wise loss),
-//   L  the tokens of one sequence
-// Methods add their own letters in their headers (methods/<paper>/*.h).
+// Tensor names end in their shape letters (x_TD, logits_TE): src/core/shapes.h.
 #pragma once
 #include <ATen/ATen.h>
 

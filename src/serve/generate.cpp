@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "data/tokenizer.h"
+
 namespace mf {
 
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p) {
@@ -103,6 +105,14 @@ std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::ve
 
 std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt) {
   return generate_batch(model, {prompt}, opt)[0];
+}
+
+std::function<std::string(TransformerLM&, const std::string&)> prompt_sampler(const SampleConfig& s) {
+  return [s](TransformerLM& model, const std::string& tokenizer_path) {
+    Tokenizer tok(tokenizer_path);
+    SamplingOptions o{s.max_tokens, s.temperature, s.top_p, static_cast<uint64_t>(s.seed), tok.eos_id()};
+    return s.prompt + tok.decode(generate(model, tok.encode(s.prompt), o));
+  };
 }
 
 }  // namespace mf

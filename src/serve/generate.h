@@ -1,6 +1,7 @@
 // Autoregressive sampling with a KV cache: temperature, nucleus (top-p), seeded.
 #pragma once
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
@@ -43,5 +44,9 @@ std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::ve
 
 // Keeps the smallest set of most probable tokens whose mass reaches top_p; renormalizes.
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p);
+
+// The trainer's periodic sample (TrainOptions::sample): `s.prompt` continued with s's settings
+// by the tokenizer at the given path, returned as text with the prompt.
+std::function<std::string(TransformerLM&, const std::string& tokenizer_path)> prompt_sampler(const SampleConfig& s);
 
 }  // namespace mf

@@ -1,9 +1,11 @@
 #include "serve/generate_bench.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <chrono>
 
+#include "core/peer.h"
 #include "core/timing.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
@@ -55,6 +57,46 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
     r.rows.push_back({batch, static_cast<double>(produced) / s});
   }
   return r;
+}
+
+GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
+                                          const std::string& peer, int64_t prompt_len, int64_t new_tokens,
+                                          int threads) {
+  const auto& m = r.config.model;
+  nlohmann::json theirs = {{"skipped", "--peer ''"}};
+  if (!peer.empty() && m.ffn == "moe")
+    theirs = run_peer(peer,
+                      fmt::format("--d {} --layers {} --heads {} --kv-heads {} --experts {} --top-k {} "
+                                  "--expert-hidden {} --vocab {} --prompt {} --new-tokens {} --threads {}",
+                                  m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.moe.num_experts, m.moe.top_k,
+                                  m.moe.expert_hidden, m.vocab_size, prompt_len, new_tokens, threads),
+                      false);
+  GenerateBenchReport out{ResultTable({{"batch", "batch", "", -6},
+                                       {"tokens_per_s", "ours tokens/s", "{:.1f}", 16},
+                                       {"pytorch_tokens_per_s", "PyTorch tokens/s", "{:.1f}", 18},
+                                       {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16}}),
+                          {{"source", source},
+                           {"weight_bytes_per_step", r.weight_bytes_per_step},
+                           {"bandwidth_gbs", r.bandwidth_gbs},
+                           {"bound_tokens_per_s", r.bound_tokens_per_s},
+                           {"units_path", r.units_path},
+                           {"pytorch", theirs}},
+                          ""};
+  for (const auto& row : r.rows) {
+    const auto key = fmt::format("batch{}_tokens_per_s", row.batch);
+    nlohmann::json cells = {{"batch", row.batch}, {"tokens_per_s", row.tokens_per_s}};
+    if (theirs.contains(key) && theirs[key].get<double>() > 0)
+      cells["pytorch_tokens_per_s"] = theirs[key], cells["vs_pytorch"] = row.tokens_per_s / theirs[key].get<double>();
+    out.table.add(cells);
+    out.json["moeforge"][key] = row.tokens_per_s;
+  }
+  if (!r.units_path.empty()) out.note += "experts ran on the " + r.units_path + " units path\n";
+  if (!theirs.contains("torch")) out.note += "PyTorch: " + theirs.value("skipped", "") + "\n";
+  out.note += fmt::format(
+      "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
+      "{} prompt + {} new tokens, greedy, {} threads\n",
+      r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, prompt_len, new_tokens, threads);
+  return out;
 }
 
 }  // namespace mf

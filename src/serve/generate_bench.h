@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
+#include "core/table.h"
 
 namespace mf {
 
@@ -26,5 +29,15 @@ struct GenerateBenchResult {
 // `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint.
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches);
+
+// r beside the same model decoded in PyTorch (`peer`, bench/peers/generate.py; "" skips it):
+// the table, its JSON and the lines saying what ran and what bounds it.
+struct GenerateBenchReport {
+  ResultTable table;
+  nlohmann::json json;
+  std::string note;
+};
+GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
+                                          const std::string& peer, int64_t prompt_len, int64_t new_tokens, int threads);
 
 }  // namespace mf

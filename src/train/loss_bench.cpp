@@ -39,4 +39,17 @@ std::vector<LossBenchRow> bench_lm_loss(int64_t tokens, int64_t d_model, int64_t
   return rows;
 }
 
+ResultTable loss_table(const std::vector<LossBenchRow>& rows) {
+  ResultTable t({{"loss", "loss", "", -28},
+                 {"ms", "ms", "{:.1f}", 10},
+                 {"peak_mb", "peak MB (extra)", "{:.1f}", 16},
+                 {"value", "loss value", "{:.6f}", 12}});
+  for (const auto& r : rows)
+    t.add({{"loss", r.name},
+           {"ms", 1e3 * r.seconds},
+           {"peak_mb", static_cast<double>(r.peak_bytes) / 1e6},
+           {"value", r.loss}});
+  return t;
+}
+
 }  // namespace mf

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/table.h"
+
 namespace mf {
 
 struct LossBenchRow {
@@ -16,5 +18,6 @@ struct LossBenchRow {
 };
 
 std::vector<LossBenchRow> bench_lm_loss(int64_t tokens, int64_t d_model, int64_t vocab, int iters, int64_t chunk = 0);
+ResultTable loss_table(const std::vector<LossBenchRow>& rows);
 
 }  // namespace mf

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/peer.h"
 #include "core/runtime.h"
 #include "io/model_io.h"
 #include "train/trainer.h"
@@ -64,6 +65,64 @@ TrainBenchResult bench_train(Config cfg, int64_t steps, int64_t warmup) {
   r.flops_per_token = train_flops_per_token(r.config.model, tokens, r.parameters_active);
   r.model_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
   return r;
+}
+
+namespace {
+
+std::string train_peer_args(const Config& cfg, int64_t steps, int64_t warmup) {
+  const auto& m = cfg.model;
+  return fmt::format(
+      "--d {} --layers {} --heads {} --kv-heads {} --experts {} --top-k {} --expert-hidden {} --vocab {} "
+      "--batch {} --seq {} --steps {} --warmup {} --threads {} --lr {} --weight-decay {}",
+      m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.moe.num_experts, m.moe.top_k, m.moe.expert_hidden, m.vocab_size,
+      cfg.train.batch_size, cfg.train.seq_len, steps, warmup, cfg.train.threads, cfg.train.lr, cfg.train.weight_decay);
+}
+
+}  // namespace
+
+TrainBenchReport train_bench_report(const TrainBenchResult& r, const std::string& config_path, const std::string& peer,
+                                    int64_t steps, int64_t warmup) {
+  const auto& cfg = r.config;
+  const auto& m = cfg.model;
+  TrainBenchReport out{ResultTable({{"implementation", "implementation", "", -34},
+                                    {"tokens_per_s", "tokens/s", "{:.0f}", 10},
+                                    {"model_gflops", "model GFLOP/s", "{:.1f}", 14},
+                                    {"vs_sgemm", "vs sgemm", "{:.2f}x", 10},
+                                    {"ours_vs", "ours vs", "{:.2f}x", 10}}),
+                       {{"config", config_path},
+                        {"sgemm_gflops", r.sgemm_gflops},
+                        {"flops_per_token", r.flops_per_token},
+                        {"moeforge", {{"tokens_per_s", r.tokens_per_s}, {"model_gflops", r.model_gflops}}}},
+                       ""};
+  const auto row = [&](const std::string& name, double tps) {
+    const double gf = r.flops_per_token * tps / 1e9;
+    out.table.add({{"implementation", name},
+                   {"tokens_per_s", tps},
+                   {"model_gflops", gf},
+                   {"vs_sgemm", gf / r.sgemm_gflops},
+                   {"ours_vs", r.tokens_per_s / tps}});
+  };
+  row("moeforge train", r.tokens_per_s);
+  const bool moe_peer = m.ffn == "moe" && m.task != "classify" && !peer.empty();
+  for (bool default_env : {false, true}) {
+    const std::string name = default_env ? "PyTorch (default environment)" : "PyTorch (OMP_WAIT_POLICY=PASSIVE)";
+    auto res = moe_peer ? run_peer(peer, train_peer_args(cfg, steps, warmup), default_env)
+                        : nlohmann::json{{"skipped", peer.empty() ? "--peer ''" : "the peer is an MoE LM"}};
+    out.json[default_env ? "pytorch_default" : "pytorch_tuned"] = res;
+    if (res.contains("tokens_per_s"))
+      row(name, res["tokens_per_s"].get<double>());
+    else
+      out.table.add({{"implementation", name}, {"note", res["skipped"].get<std::string>()}});
+  }
+  out.json["rows"] = out.table.json();
+  out.note = fmt::format(
+      "{}: {:.1f} MFLOP per token (6 x {:.2f} M active non-embedding parameters + attention), {} tokens per "
+      "{}, sgemm {:.1f} GFLOP/s, {} threads, {} timed steps after {}\n",
+      config_path, r.flops_per_token / 1e6,
+      static_cast<double>(r.parameters_active - (m.task == "classify" ? 0 : m.vocab_size * m.d_model)) / 1e6,
+      tokens_per_item(cfg), m.task == "classify" ? "image" : "window", r.sgemm_gflops, cfg.train.threads, steps,
+      warmup);
+  return out;
 }
 
 }  // namespace mf

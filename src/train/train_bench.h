@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
+#include "core/table.h"
 
 namespace mf {
 
@@ -21,6 +24,17 @@ struct TrainBenchResult {
 
 // Runs `warmup + steps` steps of cfg (no evaluation) as run `bench-train-<run.name>`.
 TrainBenchResult bench_train(Config cfg, int64_t steps, int64_t warmup);
+
+// r beside the same model and step in PyTorch (`peer`, bench/peers/train_step.py; "" skips it) in
+// the default and the tuned environment: the table, its JSON (with the run's figures) and a
+// line saying what was measured.
+struct TrainBenchReport {
+  ResultTable table;
+  nlohmann::json json;
+  std::string note;
+};
+TrainBenchReport train_bench_report(const TrainBenchResult& r, const std::string& config_path, const std::string& peer,
+                                    int64_t steps, int64_t warmup);
 
 // 6 N + 6 L T d: forward and backward of every active non-embedding parameter (the LM head
 // included), plus the causal attention scores and mixing (half of 12 L T d). A classifier

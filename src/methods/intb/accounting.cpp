@@ -6,8 +6,8 @@ namespace mf {
 
 IntBCost intb_cost(const IntBFeedForward& m) {
   const auto& o = m.options();
-  const int64_t D = m.layer_width(0), K = o.blocks, E = o.basis, paths = o.gate_path ? 2 : 1;
-  const int64_t R = o.router_hidden, C = o.codebook_dim, H = o.hyper_hidden;
+  const int64_t D = m.layer_width(0), E = o.blocks, A = o.basis, paths = o.gate_path ? 2 : 1;
+  const int64_t dr = o.router_hidden, C = o.codebook_dim, R = o.hyper_hidden;
   IntBCost c;
   for (auto& p : m.parameters()) c.parameters += p.numel();
   int64_t block = 0, weights = 0;  // one composed block: value (and gate) weights and biases of every internal layer
@@ -15,14 +15,14 @@ IntBCost intb_cost(const IntBFeedForward& m) {
     const int64_t O = m.layer_width(l + 1), I = m.layer_width(l);
     block += paths * (O * I + O);
     weights += paths * O * I;
-    c.flops_compose += 2 * K * E * paths * (O * I + O);
+    c.flops_compose += 2 * E * A * paths * (O * I + O);
   }
-  const int64_t router = D * R + R + R * K + K, filter_x = o.filter ? D * D : 0;
+  const int64_t router = D * dr + dr + dr * E + E, filter_x = o.filter ? D * D : 0;
   const int64_t shared = m.shared_expert ? m.shared_expert->parameter_count() : 0;
-  c.materialized_parameters = K * block + (o.filter ? K * D : 0);
+  c.materialized_parameters = E * block + (o.filter ? E * D : 0);
   c.executed_parameters = router + filter_x + o.top_k * block + shared;
-  c.flops_cached = 2 * (D * R + R * K) + 2 * filter_x + 2 * o.top_k * weights + 2 * shared;
-  c.flops_compose += 2 * K * (C * H + H * 2 * E) + (o.filter ? 2 * K * C * D : 0);
+  c.flops_cached = 2 * (D * dr + dr * E) + 2 * filter_x + 2 * o.top_k * weights + 2 * shared;
+  c.flops_compose += 2 * E * (C * R + R * 2 * A) + (o.filter ? 2 * E * C * D : 0);
   if (o.baked) c.flops_compose = 0;  // the blocks are stored composed
   return c;
 }

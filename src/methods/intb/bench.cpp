@@ -13,8 +13,8 @@ namespace mf {
 namespace {
 
 int64_t bytes_of(const ComposedBlocks& c) {
-  int64_t n = c.filter_KD.defined() ? static_cast<int64_t>(c.filter_KD.nbytes()) : 0;
-  for (auto* v : {&c.value_KOI, &c.value_KO, &c.gate_KOI, &c.gate_KO})
+  int64_t n = c.filter_ED.defined() ? static_cast<int64_t>(c.filter_ED.nbytes()) : 0;
+  for (auto* v : {&c.value_EOI, &c.value_EO, &c.gate_EOI, &c.gate_EO})
     for (auto& t : *v) n += static_cast<int64_t>(t.nbytes());
   return n;
 }

@@ -34,13 +34,13 @@ IntBOptions intb_options(const ModelConfig& c) {
 }
 
 IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_(o), d_model_(d), layer_(layer) {
-  const int64_t K = o.blocks, E = o.basis, C = o.codebook_dim, H = o.hyper_hidden;
+  const int64_t E = o.blocks, A = o.basis, C = o.codebook_dim, R = o.hyper_hidden;
   if (!o.baked) {
-    codebook_KC = register_parameter("codebook", torch::empty({K, C}));
-    hyper = register_module("hyper", torch::nn::Linear(C, H));
-    hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({H})));
-    value_head = register_module("value_head", torch::nn::Linear(H, E));
-    if (o.gate_path) gate_head = register_module("gate_head", torch::nn::Linear(H, E));
+    codebook_EC = register_parameter("codebook", torch::empty({E, C}));
+    hyper = register_module("hyper", torch::nn::Linear(C, R));
+    hyper_norm = register_module("hyper_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({R})));
+    value_head = register_module("value_head", torch::nn::Linear(R, A));
+    if (o.gate_path) gate_head = register_module("gate_head", torch::nn::Linear(R, A));
   }
   for (int64_t l = 0; l < o.internal_layers; ++l) {
     const int64_t O = layer_width(l + 1), I = layer_width(l);
@@ -48,15 +48,15 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_
       auto reg = [&](const char* what, std::vector<int64_t> shape) {
         return register_parameter(fmt::format("block{}_{}", l, what), torch::zeros(shape));
       };
-      baked_.value_KOI.push_back(reg("value_weight", {K, O, I}));
-      baked_.value_KO.push_back(reg("value_bias", {K, O}));
+      baked_.value_EOI.push_back(reg("value_weight", {E, O, I}));
+      baked_.value_EO.push_back(reg("value_bias", {E, O}));
       if (o.gate_path) {
-        baked_.gate_KOI.push_back(reg("gate_weight", {K, O, I}));
-        baked_.gate_KO.push_back(reg("gate_bias", {K, O}));
+        baked_.gate_EOI.push_back(reg("gate_weight", {E, O, I}));
+        baked_.gate_EO.push_back(reg("gate_bias", {E, O}));
       }
     } else {
-      basis_EOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({E, O, I})));
-      basis_EO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({E, O})));
+      basis_AOI.push_back(register_parameter(fmt::format("basis{}_weight", l), torch::empty({A, O, I})));
+      basis_AO.push_back(register_parameter(fmt::format("basis{}_bias", l), torch::zeros({A, O})));
     }
     if (o.gate_path) gate_norms.push_back(register_module(fmt::format("gate_norm{}", l), RMSNorm(O, 1e-8)));
     if (l + 1 < o.internal_layers)
@@ -64,10 +64,10 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_
           register_module(fmt::format("layer_norm{}", l), torch::nn::LayerNorm(torch::nn::LayerNormOptions({O}))));
   }
   router_in = register_module("router_in", torch::nn::Linear(d, o.router_hidden));
-  router_out = register_module("router_out", torch::nn::Linear(o.router_hidden, K));
+  router_out = register_module("router_out", torch::nn::Linear(o.router_hidden, E));
   if (o.filter && o.baked) {  // the x part; the codebook's part and the bias live in the blocks
     filter = register_module("filter", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
-    baked_.filter_KD = register_parameter("filter_blocks", torch::zeros({K, d}));
+    baked_.filter_ED = register_parameter("filter_blocks", torch::zeros({E, d}));
   } else if (o.filter) {
     filter = register_module("filter", torch::nn::Linear(d + C, d));
   }
@@ -77,8 +77,8 @@ IntBFeedForward::IntBFeedForward(int64_t d, IntBOptions o, int64_t layer) : opt_
     shared_expert = register_module("shared_expert", std::make_shared<ExpertBank>(1, d, o.shared_hidden));
   // until init_weights runs: the spec's inits from the global generator
   torch::NoGradGuard g;
-  if (codebook_KC.defined()) codebook_KC.normal_();
-  for (auto& w : basis_EOI) w.uniform_(-1 / std::sqrt(double(w.size(-1))), 1 / std::sqrt(double(w.size(-1))));
+  if (codebook_EC.defined()) codebook_EC.normal_();
+  for (auto& w : basis_AOI) w.uniform_(-1 / std::sqrt(double(w.size(-1))), 1 / std::sqrt(double(w.size(-1))));
 }
 
 NamedTensors IntBFeedForward::baked_tensors() const {
@@ -94,16 +94,16 @@ NamedTensors IntBFeedForward::baked_tensors() const {
   }
   for (auto& b : named_buffers()) out.emplace_back(b.key(), b.value());
   for (int64_t l = 0; l < opt_.internal_layers; ++l) {
-    out.emplace_back(fmt::format("block{}_value_weight", l), c.value_KOI[l]);
-    out.emplace_back(fmt::format("block{}_value_bias", l), c.value_KO[l]);
+    out.emplace_back(fmt::format("block{}_value_weight", l), c.value_EOI[l]);
+    out.emplace_back(fmt::format("block{}_value_bias", l), c.value_EO[l]);
     if (opt_.gate_path) {
-      out.emplace_back(fmt::format("block{}_gate_weight", l), c.gate_KOI[l]);
-      out.emplace_back(fmt::format("block{}_gate_bias", l), c.gate_KO[l]);
+      out.emplace_back(fmt::format("block{}_gate_weight", l), c.gate_EOI[l]);
+      out.emplace_back(fmt::format("block{}_gate_bias", l), c.gate_EO[l]);
     }
   }
   if (opt_.filter) {
     out.emplace_back("filter.weight", filter->weight.narrow(1, 0, d_model_).contiguous());
-    out.emplace_back("filter_blocks", c.filter_KD);
+    out.emplace_back("filter_blocks", c.filter_ED);
   }
   return out;
 }
@@ -134,39 +134,39 @@ ComposedBlocks IntBFeedForward::compose() const {
   ComposedBlocks c;
   auto lin = [](const torch::nn::Linear& m, const at::Tensor& x) { return F::linear(x, m->weight, m->bias); };
   const auto& n = hyper_norm;
-  auto q_KH = torch::relu(F::layer_norm(
-      lin(hyper, codebook_KC),
+  auto q_ER = torch::relu(F::layer_norm(
+      lin(hyper, codebook_EC),
       F::LayerNormFuncOptions({opt_.hyper_hidden}).weight(n->weight).bias(n->bias).eps(n->options.eps())));
-  c.alpha_value_KE = lin(value_head, q_KH);
-  if (opt_.gate_path) c.alpha_gate_KE = lin(gate_head, q_KH);
-  const int64_t K = opt_.blocks, E = opt_.basis, e = opt_.removed_basis;
+  c.alpha_value_EA = lin(value_head, q_ER);
+  if (opt_.gate_path) c.alpha_gate_EA = lin(gate_head, q_ER);
+  const int64_t E = opt_.blocks, A = opt_.basis, e = opt_.removed_basis;
   auto keep = [&](const at::Tensor& t, int64_t dim) {
     if (e < 0) return t;
-    return torch::cat({t.narrow(dim, 0, e), t.narrow(dim, e + 1, E - e - 1)}, dim);
+    return torch::cat({t.narrow(dim, 0, e), t.narrow(dim, e + 1, A - e - 1)}, dim);
   };
-  const double scale = 1 / std::sqrt(static_cast<double>(e < 0 ? E : E - 1));
-  auto coefficients = [&](const at::Tensor& a_KE) {
-    return opt_.softmax_coefficients ? keep(a_KE, 1).softmax(-1) : keep(a_KE, 1) * scale;
+  const double scale = 1 / std::sqrt(static_cast<double>(e < 0 ? A : A - 1));
+  auto coefficients = [&](const at::Tensor& a_EA) {
+    return opt_.softmax_coefficients ? keep(a_EA, 1).softmax(-1) : keep(a_EA, 1) * scale;
   };
-  const auto value_KE = coefficients(c.alpha_value_KE);
-  const auto gate_KE = opt_.gate_path ? coefficients(c.alpha_gate_KE) : at::Tensor();
+  const auto value_EA = coefficients(c.alpha_value_EA);
+  const auto gate_EA = opt_.gate_path ? coefficients(c.alpha_gate_EA) : at::Tensor();
   for (int64_t l = 0; l < opt_.internal_layers; ++l) {
-    const auto W_EOI = keep(basis_EOI[l], 0), b_EO = keep(basis_EO[l], 0);
-    const int64_t O = W_EOI.size(1), I = W_EOI.size(2), bases = W_EOI.size(0);
-    auto mix = [&](const at::Tensor& a_KE) {
-      return std::make_pair(a_KE.matmul(W_EOI.reshape({bases, O * I})).view({K, O, I}), a_KE.matmul(b_EO));
+    const auto W_AOI = keep(basis_AOI[l], 0), b_AO = keep(basis_AO[l], 0);
+    const int64_t O = W_AOI.size(1), I = W_AOI.size(2), bases = W_AOI.size(0);
+    auto mix = [&](const at::Tensor& a_EA) {
+      return std::make_pair(a_EA.matmul(W_AOI.reshape({bases, O * I})).view({E, O, I}), a_EA.matmul(b_AO));
     };
-    auto [vw, vb] = mix(value_KE);
-    c.value_KOI.push_back(vw);
-    c.value_KO.push_back(vb);
+    auto [vw, vb] = mix(value_EA);
+    c.value_EOI.push_back(vw);
+    c.value_EO.push_back(vb);
     if (opt_.gate_path) {
-      auto [gw, gb] = mix(gate_KE);
-      c.gate_KOI.push_back(gw);
-      c.gate_KO.push_back(gb);
+      auto [gw, gb] = mix(gate_EA);
+      c.gate_EOI.push_back(gw);
+      c.gate_EO.push_back(gb);
     }
   }
   if (opt_.filter)  // the codebook's part of the filter, once per block
-    c.filter_KD = F::linear(codebook_KC, filter->weight.narrow(1, d_model_, opt_.codebook_dim), filter->bias);
+    c.filter_ED = F::linear(codebook_EC, filter->weight.narrow(1, d_model_, opt_.codebook_dim), filter->bias);
   return c;
 }
 
@@ -191,17 +191,17 @@ RouterOutput IntBFeedForward::route(const at::Tensor& x_TD) const {
   auto lin = [&](const torch::nn::Linear& m, const at::Tensor& x) {
     return F::linear(x, m->weight.to(dtype), m->bias.to(dtype));
   };
-  auto logits_TK = lin(router_out, torch::relu(lin(router_in, x_TD.to(dtype))));
-  auto probs_TK = logits_TK.softmax(-1);
-  auto index_TJ = std::get<1>(logits_TK.topk(opt_.top_k, -1));
+  auto logits_TE = lin(router_out, torch::relu(lin(router_in, x_TD.to(dtype))));
+  auto probs_TE = logits_TE.softmax(-1);
+  auto index_TK = std::get<1>(logits_TE.topk(opt_.top_k, -1));
   RouterOutput r;
   auto& a = r.assignment;
   a.num_tokens = x_TD.size(0);
   a.num_units = opt_.blocks;
-  a.token_P = torch::arange(a.num_tokens, index_TJ.options()).repeat_interleave(opt_.top_k);
-  a.unit_P = index_TJ.reshape({-1});
-  a.weight_P = probs_TK.gather(1, index_TJ).reshape({-1});  // softmax over all K, not renormalised
-  r.scores_TE = probs_TK;
+  a.token_P = torch::arange(a.num_tokens, index_TK.options()).repeat_interleave(opt_.top_k);
+  a.unit_P = index_TK.reshape({-1});
+  a.weight_P = probs_TE.gather(1, index_TK).reshape({-1});  // softmax over all K, not renormalised
+  r.scores_TE = probs_TE;
   return r;
 }
 
@@ -234,11 +234,11 @@ at::Tensor IntBBank::per_token(const at::Tensor& x_TD) {
 // g = RMSNorm(W_g z + b_g), z = v * (1 + lambda SiLU(g)), LayerNorm between layers.
 at::Tensor IntBBank::block(int64_t b, const at::Tensor& rows, const at::Tensor& filter_x) {
   const auto& o = slot_.opt_;
-  auto z = filter_x.defined() ? rows * torch::sigmoid(filter_x + blocks_.filter_KD[b]) : rows;
+  auto z = filter_x.defined() ? rows * torch::sigmoid(filter_x + blocks_.filter_ED[b]) : rows;
   for (int64_t l = 0; l < o.internal_layers; ++l) {
-    auto v = F::linear(z, blocks_.value_KOI[l][b], blocks_.value_KO[l][b]);
+    auto v = F::linear(z, blocks_.value_EOI[l][b], blocks_.value_EO[l][b]);
     if (o.gate_path) {
-      auto g = slot_.gate_norms[l]->forward(F::linear(z, blocks_.gate_KOI[l][b], blocks_.gate_KO[l][b]));
+      auto g = slot_.gate_norms[l]->forward(F::linear(z, blocks_.gate_EOI[l][b], blocks_.gate_EO[l][b]));
       z = v * (1 + slot_.lambda * torch::silu(g));
     } else {
       z = v;
@@ -248,12 +248,12 @@ at::Tensor IntBBank::block(int64_t b, const at::Tensor& rows, const at::Tensor& 
   return z;
 }
 
-at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K) {
-  return forward_grouped(rows_PD, counts_K, at::Tensor());
+at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) {
+  return forward_grouped(rows_PD, counts_E, at::Tensor());
 }
 
-at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K, const at::Tensor& side_PD) {
-  const auto counts = counts_K.cpu();
+at::Tensor IntBBank::forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PD) {
+  const auto counts = counts_E.cpu();
   std::vector<at::Tensor> out;
   int64_t start = 0;
   for (int64_t b = 0; b < counts.size(0); ++b) {

@@ -2,8 +2,9 @@
 // "intb"): K blocks, each composed from the whole pool of E expert bases by a hypernetwork over
 // a learned codebook, routed top-k per token through the engine's dispatcher.
 //
-// Shape letters (with src/moe/routing.h): K blocks, E bases, C codebook width, H hypernetwork
-// width, R router width; O / I the output / input width of one internal layer.
+// Shape letters (src/core/shapes.h): the spec's K blocks are E here (what the router chooses
+// among, as in the engine), its E bases A; C codebook width, R hypernetwork width, O / I the
+// output / input width of one internal layer. Formulas in comments keep the spec's letters.
 #pragma once
 #include <torch/nn/modules/normalization.h>
 
@@ -51,9 +52,9 @@ IntBOptions intb_options(const ModelConfig& c);
 // The K blocks of one step, composed from the pools: per internal layer l the value and gate
 // weights [K, O, I] and biases [K, O]; and the codebook's share of the filter pre-activation.
 struct ComposedBlocks {
-  std::vector<at::Tensor> value_KOI, value_KO, gate_KOI, gate_KO;
-  at::Tensor filter_KD;                      // W_f^c c_b + b_f
-  at::Tensor alpha_value_KE, alpha_gate_KE;  // recipes, before the 1/sqrt(E) scale
+  std::vector<at::Tensor> value_EOI, value_EO, gate_EOI, gate_EO;
+  at::Tensor filter_ED;                      // W_f^c c_b + b_f
+  at::Tensor alpha_value_EA, alpha_gate_EA;  // recipes, before the 1/sqrt(E) scale
 };
 
 class IntBFeedForward;
@@ -65,8 +66,8 @@ class IntBBank : public UnitBank {
   IntBBank(IntBFeedForward& slot, const ComposedBlocks& blocks) : slot_(slot), blocks_(blocks) {}
   int64_t num_units() const override;
   at::Tensor per_token(const at::Tensor& x_TD) override;
-  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K) override;
-  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_K, const at::Tensor& side_PD) override;
+  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
+  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PD) override;
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
 
  private:
@@ -99,10 +100,10 @@ class IntBFeedForward : public FeedForward, public DeclaresParamRoles, public Re
   // composed now in place of codebook, hypernetwork and pools; local names.
   NamedTensors baked_tensors() const;
 
-  at::Tensor codebook_KC;
+  at::Tensor codebook_EC;
   torch::nn::Linear hyper{nullptr}, value_head{nullptr}, gate_head{nullptr};
   torch::nn::LayerNorm hyper_norm{nullptr};
-  std::vector<at::Tensor> basis_EOI, basis_EO;  // per internal layer: "basis{l}.weight", "basis{l}.bias"
+  std::vector<at::Tensor> basis_AOI, basis_AO;  // per internal layer: "basis{l}.weight", "basis{l}.bias"
   torch::nn::Linear router_in{nullptr}, router_out{nullptr};
   torch::nn::Linear filter{nullptr};              // W_f [D, D + C]: x part = first D columns
   std::vector<RMSNorm> gate_norms;                // per internal layer (eps 1e-8)

@@ -34,13 +34,14 @@ IntBProbe intb_probe(Evaluable& model, const std::string& split) {
     s->set_removed_basis(-1);
     p.removed.push_back(row);
     const auto c = s->compose();
-    auto recipe_KX = (c.alpha_gate_KE.defined() ? torch::cat({c.alpha_value_KE, c.alpha_gate_KE}, 1) : c.alpha_value_KE)
+    // each block's value recipe, the gate recipe beside it when there is one (A or 2A wide)
+    auto recipe_EA = (c.alpha_gate_EA.defined() ? torch::cat({c.alpha_value_EA, c.alpha_gate_EA}, 1) : c.alpha_value_EA)
                          .to(torch::kDouble);
-    auto unit_KX = recipe_KX / recipe_KX.norm(2, {1}, true).clamp_min(1e-30);
-    auto cos_KK = unit_KX.matmul(unit_KX.t());
-    std::vector<std::vector<double>> m(cos_KK.size(0), std::vector<double>(cos_KK.size(1)));
-    for (int64_t a = 0; a < cos_KK.size(0); ++a)
-      for (int64_t b = 0; b < cos_KK.size(1); ++b) m[a][b] = cos_KK[a][b].item<double>();
+    auto unit_EA = recipe_EA / recipe_EA.norm(2, {1}, true).clamp_min(1e-30);
+    auto cos_EE = unit_EA.matmul(unit_EA.t());
+    std::vector<std::vector<double>> m(cos_EE.size(0), std::vector<double>(cos_EE.size(1)));
+    for (int64_t a = 0; a < cos_EE.size(0); ++a)
+      for (int64_t b = 0; b < cos_EE.size(1); ++b) m[a][b] = cos_EE[a][b].item<double>();
     p.similarity.push_back(m);
   }
   return p;

@@ -69,8 +69,8 @@ at::Tensor LatentExtension::units_input(const MoEFeedForward& slot, const at::Te
   return projections_.at(slot.layer).down->forward(x_TD);
 }
 
-at::Tensor LatentExtension::units_output(const MoEFeedForward& slot, const at::Tensor& y_TL) {
-  return projections_.at(slot.layer).up->forward(y_TL);
+at::Tensor LatentExtension::units_output(const MoEFeedForward& slot, const at::Tensor& y_TZ) {
+  return projections_.at(slot.layer).up->forward(y_TZ);
 }
 
 namespace {

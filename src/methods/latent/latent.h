@@ -22,7 +22,7 @@ class LatentExtension : public MoEExtension {
   void plan(std::map<int64_t, MoELayerShape>& shapes) override;
   void attach(MoEFeedForward& slot) override;
   at::Tensor units_input(const MoEFeedForward& slot, const at::Tensor& x_TD) override;
-  at::Tensor units_output(const MoEFeedForward& slot, const at::Tensor& y_TL) override;
+  at::Tensor units_output(const MoEFeedForward& slot, const at::Tensor& y_TZ) override;
 
  private:
   struct Projections {

@@ -100,7 +100,7 @@ std::vector<LayerSaliency> accumulate(const std::vector<MoEFeedForward*>& layers
 
 }  // namespace
 
-std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Tensor& windows_NL, int64_t batch) {
+std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Tensor& windows_BL, int64_t batch) {
   check_reap_model(model.config());
   std::vector<MoEFeedForward*> layers;
   for (auto& m : moe_layers(model.feed_forwards())) layers.push_back(m.get());
@@ -108,14 +108,14 @@ std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Te
   const bool was_training = model.is_training();
   model.eval();
   auto out = accumulate(layers, model.config().moe.renormalize, [&] {
-    for (int64_t b = 0; b < windows_NL.size(0); b += batch)
-      model.forward(windows_NL.narrow(0, b, std::min(batch, windows_NL.size(0) - b)));
+    for (int64_t b = 0; b < windows_BL.size(0); b += batch)
+      model.forward(windows_BL.narrow(0, b, std::min(batch, windows_BL.size(0) - b)));
   });
   model.train(was_training);
   return out;
 }
 
-std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_NL,
+std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_BL,
                                               int64_t batch, LayerwisePeak* peak) {
   const Config cfg = checkpoint_config(checkpoint);
   const auto& c = cfg.model;
@@ -125,7 +125,7 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   const RopeTable rope(c.max_seq_len, c.head_width(), c.rope_theta);
   const MoEPlan plan = plan_moe(c);
   // the residual stream of every window, kept between blocks
-  auto h_NLD = torch::embedding(file.read("model.embed_tokens.weight"), windows_NL);
+  auto h_BLD = torch::embedding(file.read("model.embed_tokens.weight"), windows_BL);
   std::vector<LayerSaliency> out;
   int64_t largest = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -140,9 +140,9 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
     if (auto m = std::dynamic_pointer_cast<MoEFeedForward>(block->mlp)) layers.push_back(m.get());
     auto s = accumulate(layers, c.moe.renormalize, [&] {
       AuxLosses aux;
-      for (int64_t b = 0; b < h_NLD.size(0); b += batch) {
-        const int64_t n = std::min(batch, h_NLD.size(0) - b);
-        h_NLD.narrow(0, b, n).copy_(block->forward(h_NLD.narrow(0, b, n), rope, nullptr, aux));
+      for (int64_t b = 0; b < h_BLD.size(0); b += batch) {
+        const int64_t n = std::min(batch, h_BLD.size(0) - b);
+        h_BLD.narrow(0, b, n).copy_(block->forward(h_BLD.narrow(0, b, n), rope, nullptr, aux));
       }
     });
     out.insert(out.end(), s.begin(), s.end());

@@ -44,8 +44,8 @@ class SaliencyAccumulator {
 // (a method's layers, NormRouter, sigmoid or random routers): REAP is defined for those only.
 void check_reap_model(const ModelConfig& c);
 
-// Every MoE layer of a loaded LM over the calibration windows [N, L] (batches of `batch`).
-std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Tensor& windows_NL, int64_t batch);
+// Every MoE layer of a loaded LM over the calibration windows [B, L] (batches of `batch`).
+std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Tensor& windows_BL, int64_t batch);
 
 // The same, one decoder block at a time: only the embedding and one block's tensors are read
 // from `checkpoint`'s model.safetensors at any moment; the hidden states of the windows are kept.
@@ -54,7 +54,7 @@ struct LayerwisePeak {
   int64_t model_bytes = 0;     // model.safetensors on disk
   int64_t largest_block_bytes = 0;
 };
-std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_NL,
+std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_BL,
                                               int64_t batch, LayerwisePeak* peak = nullptr);
 
 // The experts REAP would prune: the `fraction` lowest saliencies, ties going to the lower

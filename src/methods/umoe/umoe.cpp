@@ -24,6 +24,25 @@ std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, co
   return s;
 }
 
+SaliencyRun write_saliency(const std::string& checkpoint, const CalibrationSource& calib, int64_t batch, bool layerwise,
+                           const std::string& prefix) {
+  SaliencyRun r;
+  r.layers = checkpoint_saliency(checkpoint, calib, batch, layerwise, &r.peak);
+  const auto dir = checkpoint_dir(checkpoint);
+  const auto label = calibration_label(calib.source);
+  r.prefix = prefix.empty() ? (std::filesystem::path(dir) / ("saliency_" + label)).string() : prefix;
+  nlohmann::json j = {{"checkpoint", dir},
+                      {"calibration", calib.source},
+                      {"samples", calib.samples},
+                      {"layerwise", layerwise},
+                      {"peak_rss_bytes", r.peak.peak_rss_bytes},
+                      {"layers", saliency_json(r.layers)}};
+  if (layerwise) j["model_bytes"] = r.peak.model_bytes, j["largest_block_bytes"] = r.peak.largest_block_bytes;
+  write_file_atomic(r.prefix + ".json", j.dump(2) + "\n");
+  write_file_atomic(r.prefix + ".svg", saliency_svg(r.layers, "REAP saliency on " + label));
+  return r;
+}
+
 UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
                      const std::string& out, int64_t batch, bool layerwise) {
   UMoEOutcome r;

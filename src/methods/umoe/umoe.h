@@ -15,6 +15,16 @@ namespace mf {
 std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, const CalibrationSource& calib,
                                                int64_t batch, bool layerwise, LayerwisePeak* peak = nullptr);
 
+struct SaliencyRun {
+  std::vector<LayerSaliency> layers;
+  LayerwisePeak peak;
+  std::string prefix;
+};
+// `moeforge saliency`: checkpoint_saliency written as PREFIX.json and PREFIX.svg (prefix "":
+// CHECKPOINT_DIR/saliency_SOURCE).
+SaliencyRun write_saliency(const std::string& checkpoint, const CalibrationSource& calib, int64_t batch, bool layerwise,
+                           const std::string& prefix);
+
 struct UMoEOutcome {
   std::vector<LayerSaliency> saliency;
   SurgeryResult surgery;

@@ -7,10 +7,10 @@
 namespace mf {
 
 at::Tensor aligned_positions(const ExpertBank& bank, double delta) {
-  auto v_EHD = bank.down_proj.detach().transpose(1, 2);  // V_e[h, :]
-  auto unit_EHD = v_EHD / v_EHD.norm(2, -1, true).clamp_min(1e-30);
-  auto cos_EEH = (unit_EHD.unsqueeze(1) * unit_EHD.unsqueeze(0)).sum(-1);
-  return cos_EEH >= delta;
+  auto v_EFD = bank.down_proj.detach().transpose(1, 2);  // V_e[h, :]
+  auto unit_EFD = v_EFD / v_EFD.norm(2, -1, true).clamp_min(1e-30);
+  auto cos_EEF = (unit_EFD.unsqueeze(1) * unit_EFD.unsqueeze(0)).sum(-1);
+  return cos_EEF >= delta;
 }
 
 at::Tensor value_alignment(const ExpertBank& bank, double delta) {
@@ -36,19 +36,19 @@ double pearson(const std::vector<double>& x, const std::vector<double>& y) {
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : NAN;
 }
 
-ResidualSplit split_residual(const ExpertBank& bank, const at::Tensor& aligned_EEH, const at::Tensor& x_TD,
+ResidualSplit split_residual(const ExpertBank& bank, const at::Tensor& aligned_EEF, const at::Tensor& x_TD,
                              const at::Tensor& pair_T2, const at::Tensor& weights_T2) {
   torch::NoGradGuard no_grad;
   const int64_t F = bank.expert_hidden();
   auto x = x_TD.to(at::kDouble);
   auto w1 = bank.gate_up_proj.detach().to(at::kDouble);  // [E, 2F|F, D]
-  auto h_TEH = at::einsum("td,ehd->teh", {x, w1});
-  if (bank.gate_up_proj_bias.defined()) h_TEH = h_TEH + bank.gate_up_proj_bias.detach().to(at::kDouble);
-  auto act_TEF = bank.activation() == Activation::SwiGLU ? at::silu(h_TEH.narrow(2, 0, F)) * h_TEH.narrow(2, F, F)
-                                                         : at::gelu(h_TEH);
+  auto h_TEN = at::einsum("td,ehd->teh", {x, w1});
+  if (bank.gate_up_proj_bias.defined()) h_TEN = h_TEN + bank.gate_up_proj_bias.detach().to(at::kDouble);
+  auto act_TEF = bank.activation() == Activation::SwiGLU ? at::silu(h_TEN.narrow(2, 0, F)) * h_TEN.narrow(2, F, F)
+                                                         : at::gelu(h_TEN);
   auto v_EFD = bank.down_proj.detach().to(at::kDouble).transpose(1, 2);
   auto i_T = pair_T2.select(1, 0), j_T = pair_T2.select(1, 1);
-  auto mask_TF = aligned_EEH.index({i_T, j_T}).to(at::kDouble);  // the token's pair's aligned positions
+  auto mask_TF = aligned_EEF.index({i_T, j_T}).to(at::kDouble);  // the token's pair's aligned positions
   ResidualSplit s;
   s.residual_TED = at::einsum("tef,tf,efd->ted", {act_TEF, 1 - mask_TF, v_EFD});
   auto shared_TED = at::einsum("tef,tf,efd->ted", {act_TEF, mask_TF, v_EFD});
@@ -139,8 +139,8 @@ std::vector<LayerDiagnosis> diagnose_motivation(const Evaluable& model, const Di
     auto token_P = at::cat(tokens[i]), unit_P = at::cat(units[i]), weight_P = at::cat(weights[i]);
     LayerDiagnosis d;
     d.layer = moe[i]->layer;
-    const auto aligned_EEH = aligned_positions(bank, opt.delta);
-    auto rho_EE = aligned_EEH.to(at::kDouble).mean(-1), co_EE = coactivation(token_P, unit_P, T, E);
+    const auto aligned_EEF = aligned_positions(bank, opt.delta);
+    auto rho_EE = aligned_EEF.to(at::kDouble).mean(-1), co_EE = coactivation(token_P, unit_P, T, E);
     for (int64_t a = 0; a < E; ++a)
       for (int64_t b = a + 1; b < E; ++b) {
         d.pairs.emplace_back(a, b);
@@ -152,7 +152,7 @@ std::vector<LayerDiagnosis> diagnose_motivation(const Evaluable& model, const Di
       auto order_P = std::get<1>(token_P.sort(/*stable=*/true, 0, /*descending=*/false));  // pairs grouped by token
       auto pair_T2 = unit_P.index_select(0, order_P).view({T, 2}).cpu();
       auto w_T2 = weight_P.index_select(0, order_P).view({T, 2}).cpu();
-      auto split = split_residual(bank, aligned_EEH, x_TD.cpu(), pair_T2, w_T2);
+      auto split = split_residual(bank, aligned_EEF, x_TD.cpu(), pair_T2, w_T2);
       auto router = fit_residual_router(x_TD.cpu(), split, moe[i]->gate->weight.cpu(), opt.fit_steps, opt.fit_lr);
       auto logits_TE = at::matmul(x_TD.cpu().to(at::kDouble), router.t());
       auto order_TE = std::get<1>(logits_TE.sort(/*stable=*/true, 1, /*descending=*/true));

@@ -30,7 +30,7 @@ double pearson(const std::vector<double>& x, const std::vector<double>& y);
 struct ResidualSplit {
   at::Tensor residual_TED, y_TD, shared_TD;
 };
-ResidualSplit split_residual(const ExpertBank& bank, const at::Tensor& aligned_EEH, const at::Tensor& x_TD,
+ResidualSplit split_residual(const ExpertBank& bank, const at::Tensor& aligned_EEF, const at::Tensor& x_TD,
                              const at::Tensor& pair_T2, const at::Tensor& weights_T2);
 
 // A top-2 router over the residual outputs, fitted to reproduce y: minimises

@@ -8,9 +8,8 @@
 //   p        = softmax(x W_g) over the K residual experts, sorted p_1 >= ... >= p_K
 //   k(x)     = min{n : p_1 + ... + p_n >= 1 - alpha(x)}
 //   y        = alpha E_shr^{I_shr}(x) + sum_{i <= k} p_i E_{q_i}^{I_res}(x)   (not renormalised)
-// Shape letters beside src/moe/routing.h's (whose B and K mean other things elsewhere): G the
-// formulas' B blocks of an expert, Q the formulas' K residual experts, J = Q + 1 experts
-// (the shared one first).
+// Shape letters (src/core/shapes.h): G the formulas' B blocks of an expert, Q the formulas' K
+// residual experts, J = Q + 1 experts (the shared one first).
 #pragma once
 #include <ATen/ATen.h>
 

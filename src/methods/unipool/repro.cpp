@@ -107,12 +107,12 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
   auto base =
       repro_base_config(args, {"model.d_model=64", "model.n_layers=2", "model.moe.expert_hidden=64", "train.steps=10",
                                "train.warmup_steps=2", "train.ckpt_every=10", "eval.every=10", "eval.windows=4"});
-  const int64_t L = num_moe_layers(base.model), E = base.model.moe.num_experts;
+  const int64_t layers = num_moe_layers(base.model), E = base.model.moe.num_experts;
   std::string command = args.command_line("unipool");
   if (opt.all_arms) command += " --all-arms";
   if (!opt.probe) command += " --no-probe";
   auto js = repro_results("unipool", command);
-  js["setup"] = {{"moe_layers", L},
+  js["setup"] = {{"moe_layers", layers},
                  {"d_model", base.model.d_model},
                  {"top_k", base.model.moe.top_k},
                  {"experts", E},
@@ -124,7 +124,7 @@ nlohmann::json unipool_repro(ReproArgs args, const UniPoolReproOptions& opt) {
                  {"seeds", args.seeds},
                  {"threads", base.train.threads}};
   std::vector<PoolArm> arms;
-  for (auto& a : unipool_arms(L, E))
+  for (auto& a : unipool_arms(layers, E))
     if (a.core || opt.all_arms) arms.push_back(a);
   auto arm_config = [&](const PoolArm& a, int64_t s) {
     Config cfg = base;

@@ -37,7 +37,7 @@ at::Tensor reference_token(IntBFeedForward& m, const at::Tensor& x) {
   auto y = torch::zeros({D}, x.options());
   for (int64_t j = 0; j < o.top_k; ++j) {
     const auto b = top[j].item<int64_t>();
-    auto c = m.codebook_KC[b];
+    auto c = m.codebook_EC[b];
     auto h = torch::mv(m.hyper->weight, c) + m.hyper->bias;
     auto q = torch::relu(layer_norm(h, m.hyper_norm));
     auto av = torch::mv(m.value_head->weight, q) + m.value_head->bias;
@@ -56,14 +56,14 @@ at::Tensor reference_token(IntBFeedForward& m, const at::Tensor& x) {
     auto z = x;
     if (o.filter) z = x * torch::sigmoid(torch::mv(m.filter->weight, torch::cat({x, c})) + m.filter->bias);
     for (int64_t l = 0; l < o.internal_layers; ++l) {
-      auto Wv = torch::zeros_like(m.basis_EOI[l][0]), Wg = torch::zeros_like(Wv);
-      auto bv = torch::zeros_like(m.basis_EO[l][0]), bg = torch::zeros_like(bv);
+      auto Wv = torch::zeros_like(m.basis_AOI[l][0]), Wg = torch::zeros_like(Wv);
+      auto bv = torch::zeros_like(m.basis_AO[l][0]), bg = torch::zeros_like(bv);
       for (size_t i = 0; i < bases.size(); ++i) {
         const auto e = bases[i];
-        Wv = Wv + av[i] * m.basis_EOI[l][e] / std::sqrt(n);
-        Wg = Wg + ag[i] * m.basis_EOI[l][e] / std::sqrt(n);
-        bv = bv + av[i] * m.basis_EO[l][e] / std::sqrt(n);
-        bg = bg + ag[i] * m.basis_EO[l][e] / std::sqrt(n);
+        Wv = Wv + av[i] * m.basis_AOI[l][e] / std::sqrt(n);
+        Wg = Wg + ag[i] * m.basis_AOI[l][e] / std::sqrt(n);
+        bv = bv + av[i] * m.basis_AO[l][e] / std::sqrt(n);
+        bg = bg + ag[i] * m.basis_AO[l][e] / std::sqrt(n);
       }
       auto v = torch::mv(Wv, z) + bv;
       if (o.gate_path) {
@@ -255,9 +255,9 @@ TEST(IntB, ConfigBuildsTheSlotAndRefusesBadKeys) {
   auto intb = std::dynamic_pointer_cast<IntBFeedForward>(make_feed_forward(c, 1, plan));
   EXPECT_EQ(std::dynamic_pointer_cast<IntBFeedForward>(dense), nullptr);
   ASSERT_NE(intb, nullptr);
-  EXPECT_EQ(intb->basis_EOI.size(), 2u);
-  EXPECT_EQ(intb->basis_EOI[0].sizes(), (std::vector<int64_t>{16, 24, 16}));
-  EXPECT_EQ(intb->basis_EOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
+  EXPECT_EQ(intb->basis_AOI.size(), 2u);
+  EXPECT_EQ(intb->basis_AOI[0].sizes(), (std::vector<int64_t>{16, 24, 16}));
+  EXPECT_EQ(intb->basis_AOI[1].sizes(), (std::vector<int64_t>{16, 16, 24}));
 }
 
 // `repro intb`'s arms. Matched at total parameters: one unit more or less of the solved width is
