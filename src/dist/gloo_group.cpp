@@ -6,7 +6,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <fmt/ranges.h>
+
+#include <chrono>
 #include <map>
+#include <optional>
+#include <thread>
 
 namespace mf {
 namespace {
@@ -25,17 +30,66 @@ void unflatten(const at::Tensor& bucket, std::vector<at::Tensor>& tensors) {
   }
 }
 
+// Every rank checks in under its own key. The second worker with one RANK is refused, and tells
+// the others, which stop at once instead of waiting for a rank that never comes.
+void roll_call(c10d::Store& store, const WorldEnv& env) {
+  const auto key = [](int r) { return fmt::format("moeforge/rank{}", r); };
+  const std::string abort_key = "moeforge/abort";
+  if (store.add(key(env.rank), 1) > 1) {
+    const auto why = fmt::format("two workers were started with RANK={} (WORLD_SIZE = {})", env.rank, env.world);
+    store.set(abort_key, std::vector<uint8_t>(why.begin(), why.end()));
+    throw std::runtime_error(why);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(env.timeout_s);
+  for (;;) {
+    std::vector<int> missing;
+    std::optional<std::string> abort;
+    try {
+      if (store.check({abort_key})) {
+        const auto why = store.get(abort_key);
+        abort = std::string(why.begin(), why.end());
+      }
+      for (int r = 0; r < env.world && !abort; ++r)
+        if (!store.check({key(r)})) missing.push_back(r);
+    } catch (const std::exception& e) {  // rank 0, which holds the store, has gone
+      throw std::runtime_error(
+          fmt::format("rank {} of {}: the rendezvous at {}:{} closed while waiting for the other "
+                      "ranks ({}); rank 0 stopped, see its error",
+                      env.rank, env.world, env.master_addr, env.master_port, e.what()));
+    }
+    if (abort) {
+      if (env.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));  // the others read it from our store
+      throw std::runtime_error(fmt::format("rank {} stops: {}", env.rank, *abort));
+    }
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error(fmt::format(
+          "rank {} of {}: rank(s) {} did not join within {} s (MOEFORGE_DIST_TIMEOUT); were they started, with the "
+          "same MASTER_ADDR:MASTER_PORT = {}:{}?",
+          env.rank, env.world, fmt::join(missing, ", "), env.timeout_s, env.master_addr, env.master_port));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 class GlooGroup : public DataParallel {
  public:
-  GlooGroup(const WorldEnv& env, std::chrono::milliseconds timeout) : env_(env) {
+  GlooGroup(const WorldEnv& env) : env_(env) {
+    const std::chrono::milliseconds timeout = std::chrono::seconds(env.timeout_s);
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(env.master_port);
     so.isServer = env.rank == 0;
     so.numWorkers = static_cast<std::size_t>(env.world);
-    so.waitWorkers = true;
+    so.waitWorkers = false;  // roll_call waits instead, naming who is missing
     so.timeout = timeout;
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    } catch (const c10::Error& e) {
+      throw unjoined(e.what_without_backtrace());
+    } catch (const std::exception& e) {  // c10d's socket errors
+      throw unjoined(e.what());
+    }
+    roll_call(*store_, env);
+    try {
       auto opts = c10d::ProcessGroupGloo::Options::create();
       const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
       opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
@@ -135,9 +189,9 @@ class GlooGroup : public DataParallel {
   }
   std::runtime_error lost(const std::string& why) const {
     return std::runtime_error(
-        fmt::format("rank {} of {}: a collective with the other ranks failed ({}); another "
-                    "worker probably stopped, see its own error",
-                    env_.rank, env_.world, why));
+        fmt::format("rank {} of {}: a collective with the other ranks failed ({}); another worker probably "
+                    "stopped (see its own error) or stalled for longer than MOEFORGE_DIST_TIMEOUT = {} s",
+                    env_.rank, env_.world, why, env_.timeout_s));
   }
 
   WorldEnv env_;
@@ -153,8 +207,6 @@ class GlooGroup : public DataParallel {
 
 }  // namespace
 
-std::unique_ptr<DataParallel> join_gloo_group(const WorldEnv& env, std::chrono::milliseconds timeout) {
-  return std::make_unique<GlooGroup>(env, timeout);
-}
+std::unique_ptr<DataParallel> join_gloo_group(const WorldEnv& env) { return std::make_unique<GlooGroup>(env); }
 
 }  // namespace mf

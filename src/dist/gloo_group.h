@@ -2,7 +2,6 @@
 // MASTER_ADDR:MASTER_PORT), collectives through ProcessGroupGloo on the CPU. A rank that dies
 // closes its sockets, so the others' next collective fails at once with a clear error.
 #pragma once
-#include <chrono>
 #include <memory>
 
 #include "dist/world.h"
@@ -10,9 +9,9 @@
 
 namespace mf {
 
-// Joins the group of `env` (throws naming MASTER_ADDR:MASTER_PORT when the rendezvous fails).
-// `timeout` bounds the rendezvous and every collective.
-std::unique_ptr<DataParallel> join_gloo_group(const WorldEnv& env,
-                                              std::chrono::milliseconds timeout = std::chrono::minutes(5));
+// Joins the group of `env`: throws naming MASTER_ADDR:MASTER_PORT when the rendezvous fails, the
+// ranks that did not join within env.timeout_s, or a RANK two workers claim (every rank then
+// stops at once). env.timeout_s also bounds every collective.
+std::unique_ptr<DataParallel> join_gloo_group(const WorldEnv& env);
 
 }  // namespace mf

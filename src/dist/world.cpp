@@ -37,6 +37,7 @@ std::optional<WorldEnv> world_from_env() {
   if (!addr || !*addr) throw std::runtime_error("MASTER_ADDR is not set (the host of rank 0)");
   w.master_addr = addr;
   w.master_port = env_int("MASTER_PORT", 1, 65535);
+  w.timeout_s = env_int("MOEFORGE_DIST_TIMEOUT", 1, 86400, 300);
   return w;
 }
 

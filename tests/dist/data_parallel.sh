@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallel on c10d (Gloo, loopback): 2 ranks == 1 process with the same global batch,
 # bitwise (two-rank sums are exact), for a dense model and an MoE with the aux-free bias;
-# resume of a 2-rank run on 1 rank and back; kill -9 of a worker stops the run within 60 s;
+# resume of a 2-rank run on 1 rank and back; kill -9 of a worker stops the run within 60 s, so
+# does a stalled one (SIGSTOP); a rank that never joins or two workers with one RANK stop every rank;
 # a bad world is a clear error; expert parallel (experts sharded: each rank holds its own)
 # equals one process (layer in float64, training runs within float32 reassociation), UniPool
 # included, and its checkpoints resume on 1 process and under expert parallel again.
@@ -151,4 +152,53 @@ r = subprocess.run([sys.argv[1], "launch", "--nproc", "2", "--master", f"127.0.0
 sys.exit(0 if r.returncode != 0 and f"could not join the group at MASTER_ADDR:MASTER_PORT = 127.0.0.1:{port}" in r.stderr
          and "Address already in use" in r.stderr else 1)
 PY
-echo "data parallel: all checks passed (killed run stopped in ${ELAPSED} s)"
+# a worker that never joins: the others stop within MOEFORGE_DIST_TIMEOUT, naming the missing rank;
+# two workers with one RANK: refused, and every rank stops at once
+python3 - "$MF" <<'PY' || fail "duplicate or missing rank"
+import os, socket, subprocess, sys, time
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+def start(rank, world, port, name):
+    env = dict(os.environ, WORLD_SIZE=str(world), RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               MOEFORGE_DIST_TIMEOUT="8")
+    return subprocess.Popen([sys.argv[1], "train", "tiny.toml", "--set", f"run.name={name}"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def finish(procs, bound):
+    t0 = time.time(); errs = []
+    for p in procs:
+        try: errs.append(p.communicate(timeout=max(1, bound - (time.time() - t0)))[1])
+        except subprocess.TimeoutExpired:
+            for q in procs: q.kill()
+            sys.exit(f"a worker still ran {bound} s later")
+        if p.returncode == 0: sys.exit("a worker exited 0: " + errs[-1])
+    return errs
+port = free_port()
+errs = finish([start(0, 2, port, "alone")], 40)
+if "rank(s) 1 did not join within 8 s (MOEFORGE_DIST_TIMEOUT)" not in errs[0]: sys.exit(errs[0])
+port = free_port()
+first = start(0, 2, port, "rank0a"); time.sleep(2)
+errs = finish([start(0, 2, port, "rank0b"), first], 40)
+if "Address already in use" not in errs[0] or "did not join" not in errs[1]: sys.exit("\n".join(errs))
+port = free_port()
+errs = finish([start(0, 3, port, "dup0"), start(1, 3, port, "dup1"), start(1, 3, port, "dup2")], 30)
+if not all("two workers were started with RANK=1 (WORLD_SIZE = 3)" in e for e in errs): sys.exit("\n".join(errs))
+PY
+# a stalled worker (SIGSTOP): the other's collective times out, launch stops the run, nothing is left
+MOEFORGE_DIST_TIMEOUT=10 "$MF" launch --nproc 2 --grace 2 train tiny.toml --set train.steps=100000 \
+  --set run.name=stalled > stalled.txt 2>&1 &
+LAUNCH=$!
+for _ in $(seq 300); do
+  VICTIM=$(pgrep -f "moeforge train tiny.toml --set train.steps=100000 --set run.name=stalled" | tail -1 || true)
+  [ -n "$VICTIM" ] && grep -q '"step":2,' runs/stalled/metrics.jsonl 2>/dev/null && break
+  sleep 0.2
+done
+[ -n "$VICTIM" ] || fail "no worker to stop"
+kill -STOP "$VICTIM"
+START=$(date +%s)
+set +e; wait $LAUNCH; rc=$?; set -e
+STALLED=$(( $(date +%s) - START ))
+[ "$rc" -ne 0 ] || fail "launch exited 0 after a worker stalled"
+[ "$STALLED" -le 60 ] || fail "the run took $STALLED s to stop after a worker stalled"
+grep -q "a collective with the other ranks failed" stalled.txt || { cat stalled.txt; fail "no clear error for a stall"; }
+pgrep -f "run.name=stalled" > /dev/null && fail "a worker outlived the stalled run"
+echo "data parallel: all checks passed (killed run stopped in ${ELAPSED} s, stalled run in ${STALLED} s)"
