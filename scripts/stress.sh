@@ -3,16 +3,17 @@
 # random kills, and the fuzzers with many cases, until --minutes have passed. With --asan the
 # fuzzers run from build/asan (AddressSanitizer + UBSan), built first; the kill harness stays
 # on build/release (the SentencePiece shim is dlopen'ed with RTLD_DEEPBIND, which ASan refuses).
-# usage: scripts/stress.sh [--minutes N] [--kills K] [--fuzz-cases N] [--asan]
+# usage: scripts/stress.sh [--minutes N] [--kills K] [--fuzz-cases N] [--asan | --build DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-minutes=30 kills=10 fuzz=20000 build=build/release
+minutes=30 kills=10 fuzz=20000 build=build/release release=build/release
 while [ $# -gt 0 ]; do
   case $1 in
     --minutes) minutes=$2; shift 2 ;;
     --kills) kills=$2; shift 2 ;;
     --fuzz-cases) fuzz=$2; shift 2 ;;
     --asan) build=build/asan; shift ;;
+    --build) build=$2 release=$2; shift 2 ;;  # another release build directory
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -29,8 +30,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
   MOEFORGE_FUZZ_CASES=$fuzz MOEFORGE_FUZZ_SEED=$rounds MOEFORGE_SOURCE_DIR=$PWD "$build/tests/test_reliability" > "$work/fuzz.log" 2>&1 || {
     cat "$work/fuzz.log"; echo "stress: the fuzzers failed in round $rounds" >&2; exit 1; }
   grep '^\[ fuzz \]' "$work/fuzz.log"
-  fuzz_cases=$((fuzz_cases + 3 * fuzz + fuzz / 5))  # files, TOML, --set; request bodies
-  out=$(MOEFORGE=build/release/moeforge tests/reliability/kill_resume.sh "$work/kill" "$kills" "$rounds") || {
+  fuzz_cases=$((fuzz_cases + 3 * fuzz + fuzz / 5 + fuzz / 10))  # files, TOML, --set; requests; HF dirs
+  out=$(MOEFORGE=$release/moeforge tests/reliability/kill_resume.sh "$work/kill" "$kills" "$rounds") || {
     echo "$out"; echo "stress: the kill harness failed in round $rounds" >&2; exit 1; }
   echo "$out"
   total_kills=$((total_kills + 6 + kills))

@@ -26,8 +26,10 @@ std::vector<std::string> listed_files(const fs::path& index_file, std::map<std::
     if (!file.is_string())
       throw FormatError(fmt::format("{}: weight_map[\"{}\"] is not a file name", index_file.string(), name));
     const auto f = file.get<std::string>();
-    if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-      throw FormatError(fmt::format("{}: shard name \"{}\" must be a file in the directory", index_file.string(), f));
+    if (f.empty() || f.size() > 255 || f.find('/') != std::string::npos || f.find("..") != std::string::npos ||
+        f.find('\0') != std::string::npos)
+      throw FormatError(fmt::format("{}: shard name \"{}\" must be a file name in the directory (at most 255 bytes)",
+                                    index_file.string(), f));
     if (listed) (*listed)[name] = f;
     if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
   }

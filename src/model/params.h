@@ -31,4 +31,11 @@ at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen);
 // from one generator seeded with `seed`.
 void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c);
 
+// An estimate from the config alone (embeddings, attention, the FFN or the MoE experts, SwiGLU or
+// GELU with biases, router and shared expert, dense blocks beside MoE ones; a method's own modules are not counted):
+// enough to refuse a run that cannot fit, or a Hugging Face config.json whose sizes the stored
+// tensors cannot hold, before anything is allocated. Counts reported anywhere come from
+// the built model (param_counts, blockwise_param_counts), never from this.
+double approx_parameters(const ModelConfig& m);
+
 }  // namespace mf

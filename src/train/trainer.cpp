@@ -459,26 +459,6 @@ struct Trainer {
 
 }  // namespace
 
-double approx_parameters(const ModelConfig& m) {
-  const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layers);
-  const double hd = static_cast<double>(m.head_width());
-  const double attention = d * hd * static_cast<double>(2 * m.n_heads + 2 * m.n_kv_heads);
-  // an FFN of width f: SwiGLU 3 d f, GELU 2 d f, plus f + d with biases
-  const auto ffn_of = [&](bool gelu, bool bias, double f) { return (gelu ? 2.0 : 3.0) * d * f + (bias ? f + d : 0.0); };
-  double ffn = ffn_of(m.ffn == "gelu", m.ffn == "gelu", static_cast<double>(m.ffn_hidden));
-  if (m.ffn == "moe") {
-    const double shared = m.moe.shared_hidden > 0 ? static_cast<double>(m.moe.shared_hidden)
-                                                  : static_cast<double>(m.moe.n_shared * m.moe.expert_hidden);
-    const double expert =
-        ffn_of(m.moe.activation == Activation::GELU, m.moe.expert_bias, static_cast<double>(m.moe.expert_hidden));
-    ffn = static_cast<double>(m.moe.num_experts) * (expert + d) + ffn_of(false, false, shared);  // + router rows
-  }
-  const int64_t channels = m.stem_channels > 0 ? m.stem_channels : m.channels;
-  const double embedding = m.task == "classify" ? static_cast<double>(m.patch_size * m.patch_size * channels) * d
-                                                : static_cast<double>(m.vocab_size) * d * (m.tie_embeddings ? 1 : 2);
-  return embedding + L * (attention + ffn);
-}
-
 namespace {
 // Training holds float32 weights, gradients and AdamW's two moments: refuse a model whose
 // parameters alone would not fit, before anything is allocated.

@@ -42,12 +42,6 @@ struct TrainResult {
   nlohmann::json summary;
 };
 
-// An estimate from the config alone (embeddings, attention, the FFN or the MoE experts, SwiGLU or
-// GELU with biases, router and shared expert; a method's own modules are not counted): enough to
-// refuse a run that cannot fit before anything is allocated. Counts reported anywhere come from
-// the built model (param_counts, blockwise_param_counts), never from this.
-double approx_parameters(const ModelConfig& m);
-
 TrainResult train(const Config& cfg, const TrainOptions& opt);
 
 }  // namespace mf

@@ -212,6 +212,7 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
                                                            {"max_position_embeddings", -1},
                                                            {"max_position_embeddings", 0},
                                                            {"moe_intermediate_size", -1},
+                                                           {"moe_intermediate_size", 1000000},  // took 38 s, 6 GB
                                                            {"num_experts", 1000000},
                                                            {"num_experts_per_tok", 1000}}) {
     const auto e = with_config([&, key = key, value = value](auto& c) { c[key] = value; });
@@ -227,6 +228,16 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
     const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find("model.layers.0.mlp."), std::string::npos) << e;
     write_file_atomic(dir + "/config.json", config.dump());
+  }
+  {  // an index naming a shard no file system can hold (an unclear filesystem_error before)
+    const auto index_file = dir + "/model.safetensors.index.json";
+    const auto index = read_file(index_file);
+    auto edited = nlohmann::json::parse(index);
+    edited["weight_map"].begin().value() = std::string(1000, 'x');
+    write_file_atomic(index_file, edited.dump());
+    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    EXPECT_NE(e.find("must be a file name in the directory"), std::string::npos) << e;
+    write_file_atomic(index_file, index);
   }
   const auto shard = dir + "/model-00002-of-00002.safetensors";
   const auto bytes = read_file(shard);

@@ -23,6 +23,28 @@ bool is_hf_dir(const std::string& path) {
   return fs::is_regular_file(fs::path(path) / "config.json") && !fs::exists(fs::path(path) / "trainer_state.json");
 }
 
+namespace {
+
+// Sizes in config.json that imply far more parameters than the files hold would surface only
+// after building every block at that size (minutes, gigabytes): refused first, naming the keys.
+void check_implied_parameters(const HfDir& hf, const std::string& dir) {
+  double stored = 0;
+  for (const auto& name : hf.names()) {
+    double n = 1;
+    for (auto s : hf.entry(name).shape) n *= static_cast<double>(s);
+    stored += n;
+  }
+  const double implied = approx_parameters(hf.config().model);
+  if (implied > 4 * stored + 1e7)
+    throw FormatError(
+        fmt::format("{}/config.json: its sizes imply ~{:.3g} parameters but the safetensors files hold {:.3g}; check "
+                    "\"hidden_size\", \"intermediate_size\", \"moe_intermediate_size\", \"num_experts\", "
+                    "\"num_hidden_layers\" and \"vocab_size\"",
+                    dir, implied, stored));
+}
+
+}  // namespace
+
 HfDir::HfDir(const std::string& dir) : dir_(dir) {
   const auto config_file = (fs::path(dir) / "config.json").string();
   if (!fs::is_regular_file(config_file))
@@ -39,6 +61,7 @@ HfDir::HfDir(const std::string& dir) : dir_(dir) {
     throw FormatError(fmt::format("{}: {}", config_file, e.what()));
   }
   tensors_ = std::make_unique<SafetensorsShards>(dir, "model");  // one file, or the shards an index lists
+  check_implied_parameters(*this, dir);
 }
 
 at::Tensor HfDir::read(const std::string& name) const { return tensors_->read(name); }

@@ -78,6 +78,13 @@ at::Tensor import_tensor(const Arch& a, const std::string& name, at::IntArrayRef
       for (auto& pattern : r->hf) {
         used.push_back(hf_name(a, prefix, pattern, e));
         parts.push_back(read(used.back()));
+        if (parts.back().dim() == 0)
+          throw FormatError(fmt::format("import: '{}' is a scalar; '{}' needs a matrix", used.back(), name));
+        if (parts.back().dim() != parts.front().dim() ||
+            parts.back().sizes().slice(1) != parts.front().sizes().slice(1))
+          throw FormatError(fmt::format("import: '{}' has shape {}, which cannot join {} of shape {} into '{}'",
+                                        used.back(), c10::str(parts.back().sizes()), used[used.size() - 2],
+                                        c10::str(parts.front().sizes()), name));
       }
       return at::cat(parts);
     };
@@ -85,7 +92,13 @@ at::Tensor import_tensor(const Arch& a, const std::string& name, at::IntArrayRef
       t = at::zeros(shape, at::kFloat);
     } else if (r->stack == Stack::PerExpert) {
       std::vector<at::Tensor> experts;
-      for (int64_t e = 0; e < shape[0]; ++e) experts.push_back(joined(e));
+      for (int64_t e = 0; e < shape[0]; ++e) {
+        experts.push_back(joined(e));
+        if (experts.back().sizes() != experts.front().sizes())
+          throw FormatError(
+              fmt::format("import: expert {} of '{}' has shape {} from the Hugging Face tensors, expert 0 {}", e, name,
+                          c10::str(experts.back().sizes()), c10::str(experts.front().sizes())));
+      }
       t = at::stack(experts);
     } else {
       t = r->stack == Stack::Shared ? joined(0).unsqueeze(0) : joined(0);
