@@ -108,25 +108,34 @@ same_model moe_one two_one
 "$MF" train tiny.toml "${MOE[@]}" --set run.name=one_two --stop-after 3 > /dev/null 2>&1 || fail "stop 1"
 "$MF" launch --nproc 2 train --resume runs/one_two > /dev/null 2>&1 || fail "resume on 2"
 same_model moe_one one_two
+# signal_worker SIGNAL NAME [env...]: a 2-rank run NAME; once it logged step 2 one worker gets
+# SIGNAL; the run must stop (launch exiting non-zero) within 60 s, leaving no worker. Sets STOPPED_S.
+signal_worker() {
+  local sig=$1 name=$2 victim="" launch rc start
+  shift 2
+  env "$@" "$MF" launch --nproc 2 --grace 2 train tiny.toml --set train.steps=100000 --set run.name=$name \
+    > $name.txt 2>&1 &
+  launch=$!
+  for _ in $(seq 300); do
+    victim=$(pgrep -f "moeforge train tiny.toml --set train.steps=100000 --set run.name=$name" | tail -1 || true)
+    [ -n "$victim" ] && grep -q '"step":2,' runs/$name/metrics.jsonl 2>/dev/null && break
+    sleep 0.2
+  done
+  [ -n "$victim" ] || fail "$name: no worker to signal"
+  kill -$sig "$victim"
+  start=$(date +%s)
+  set +e; wait $launch; rc=$?; set -e
+  STOPPED_S=$(( $(date +%s) - start ))
+  [ "$rc" -ne 0 ] || fail "$name: launch exited 0 after SIG$sig to a worker"
+  [ "$STOPPED_S" -le 60 ] || fail "$name: the run took $STOPPED_S s to stop after SIG$sig to a worker"
+  if pgrep -f "run.name=$name" > /dev/null; then fail "$name: a worker outlived the run"; fi
+}
 # a worker killed with SIGKILL: the run stops, naming it, within 60 s
-"$MF" launch --nproc 2 train tiny.toml --set train.steps=100000 --set run.name=killed > killed.txt 2>&1 &
-LAUNCH=$!
-for _ in $(seq 300); do
-  VICTIM=$(pgrep -f "moeforge train tiny.toml --set train.steps=100000" | tail -1 || true)
-  [ -n "$VICTIM" ] && grep -q '"step":2,' runs/killed/metrics.jsonl 2>/dev/null && break
-  sleep 0.2
-done
-[ -n "$VICTIM" ] || fail "no worker to kill"
-kill -9 "$VICTIM"
-START=$(date +%s)
-set +e; wait $LAUNCH; rc=$?; set -e
-ELAPSED=$(( $(date +%s) - START ))
-[ "$rc" -ne 0 ] || fail "launch exited 0 after a worker was killed"
-[ "$ELAPSED" -le 60 ] || fail "the run took $ELAPSED s to stop after a worker was killed"
+signal_worker KILL killed
+ELAPSED=$STOPPED_S
 grep -q "was killed by signal 9" killed.txt || { cat killed.txt; fail "launch did not name the killed worker"; }
 grep -q "a collective with the other ranks failed\|was killed by signal 9; stopping" killed.txt || fail "no clear error"
 
-pgrep -f "run.name=killed" > /dev/null && fail "a worker outlived the run"
 # a bad world: clear errors
 set +e
 out=$(WORLD_SIZE=2 RANK=0 "$MF" train tiny.toml --set run.name=bad 2>&1); rc=$?
@@ -184,21 +193,7 @@ errs = finish([start(0, 3, port, "dup0"), start(1, 3, port, "dup1"), start(1, 3,
 if not all("two workers were started with RANK=1 (WORLD_SIZE = 3)" in e for e in errs): sys.exit("\n".join(errs))
 PY
 # a stalled worker (SIGSTOP): the other's collective times out, launch stops the run, nothing is left
-MOEFORGE_DIST_TIMEOUT=10 "$MF" launch --nproc 2 --grace 2 train tiny.toml --set train.steps=100000 \
-  --set run.name=stalled > stalled.txt 2>&1 &
-LAUNCH=$!
-for _ in $(seq 300); do
-  VICTIM=$(pgrep -f "moeforge train tiny.toml --set train.steps=100000 --set run.name=stalled" | tail -1 || true)
-  [ -n "$VICTIM" ] && grep -q '"step":2,' runs/stalled/metrics.jsonl 2>/dev/null && break
-  sleep 0.2
-done
-[ -n "$VICTIM" ] || fail "no worker to stop"
-kill -STOP "$VICTIM"
-START=$(date +%s)
-set +e; wait $LAUNCH; rc=$?; set -e
-STALLED=$(( $(date +%s) - START ))
-[ "$rc" -ne 0 ] || fail "launch exited 0 after a worker stalled"
-[ "$STALLED" -le 60 ] || fail "the run took $STALLED s to stop after a worker stalled"
+signal_worker STOP stalled MOEFORGE_DIST_TIMEOUT=10
+STALLED=$STOPPED_S
 grep -q "a collective with the other ranks failed" stalled.txt || { cat stalled.txt; fail "no clear error for a stall"; }
-pgrep -f "run.name=stalled" > /dev/null && fail "a worker outlived the stalled run"
 echo "data parallel: all checks passed (killed run stopped in ${ELAPSED} s, stalled run in ${STALLED} s)"
