@@ -85,4 +85,18 @@ NamedTensors run_layer(LayerSlot& s, const at::Tensor& x, const at::Tensor& dy) 
   return out;
 }
 
+NamedTensors example_layer_input(const Config& cfg) {
+  torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
+  auto x = torch::randn({1, 8, cfg.model.d_model});
+  auto dy = torch::randn({1, 8, cfg.model.d_model});
+  return {{"x", x}, {"dy", dy}};
+}
+
+at::Tensor tensor_from(const std::string& path, const std::string& name) {
+  auto st = load_safetensors(path);
+  auto it = st.tensors.find(name);
+  if (it == st.tensors.end()) throw FormatError(fmt::format("{}: no tensor named \"{}\"", path, name));
+  return it->second;
+}
+
 }  // namespace mf

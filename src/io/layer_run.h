@@ -29,4 +29,10 @@ void load_layer_weights(LayerSlot& s, const SafetensorsData& weights, const std:
 // converted to the slot's dtype (build it in float64 to test against an oracle).
 NamedTensors run_layer(LayerSlot& s, const at::Tensor& x, const at::Tensor& dy = {});
 
+// An example input for the config's model: "x" and "dy" [1, 8, d], normal(0, 1) from train.seed.
+NamedTensors example_layer_input(const Config& cfg);
+
+// Tensor `name` of the safetensors file at `path`; a FormatError naming both when it is absent.
+at::Tensor tensor_from(const std::string& path, const std::string& name);
+
 }  // namespace mf
