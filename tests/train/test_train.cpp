@@ -247,6 +247,11 @@ TEST_F(TrainRun, AModelThatCannotFitIsRefusedBeforeAllocating) {
   m.moe.shared_hidden = 48;
   TransformerLM gelu(m);
   EXPECT_NEAR(approx_parameters(m) / static_cast<double>(gelu->param_counts().total), 1.0, 0.05);
+  // and with dense blocks beside the MoE ones (counted as MoE blocks, this estimate was 1.8x the true count)
+  m.moe.layers = "every_other";
+  m.moe.num_experts = 8;
+  TransformerLM mixed(m);
+  EXPECT_NEAR(approx_parameters(m) / static_cast<double>(mixed->param_counts().total), 1.0, 0.05);
 }
 
 // A run whose weights or loss go non-finite stops at that step, names the tensor, and never
