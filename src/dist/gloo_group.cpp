@@ -40,17 +40,23 @@ void roll_call(c10d::Store& store, const WorldEnv& env) {
     store.set(abort_key, std::vector<uint8_t>(why.begin(), why.end()));
     throw std::runtime_error(why);
   }
+  std::vector<std::string> all;
+  for (int r = 0; r < env.world; ++r) all.push_back(key(r));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(env.timeout_s);
   for (;;) {
     std::vector<int> missing;
     std::optional<std::string> abort;
+    const bool late = std::chrono::steady_clock::now() > deadline;
     try {
       if (store.check({abort_key})) {
         const auto why = store.get(abort_key);
         abort = std::string(why.begin(), why.end());
+      } else if (store.check(all)) {  // one round trip; who is missing is asked only at the deadline
+        return;
+      } else if (late) {
+        for (int r = 0; r < env.world; ++r)
+          if (!store.check({key(r)})) missing.push_back(r);
       }
-      for (int r = 0; r < env.world && !abort; ++r)
-        if (!store.check({key(r)})) missing.push_back(r);
     } catch (const std::exception& e) {  // rank 0, which holds the store, has gone
       throw std::runtime_error(
           fmt::format("rank {} of {}: the rendezvous at {}:{} closed while waiting for the other "
@@ -61,8 +67,7 @@ void roll_call(c10d::Store& store, const WorldEnv& env) {
       if (env.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));  // the others read it from our store
       throw std::runtime_error(fmt::format("rank {} stops: {}", env.rank, *abort));
     }
-    if (missing.empty()) return;
-    if (std::chrono::steady_clock::now() > deadline)
+    if (late && !missing.empty())
       throw std::runtime_error(fmt::format(
           "rank {} of {}: rank(s) {} did not join within {} s (MOEFORGE_DIST_TIMEOUT); were they started, with the "
           "same MASTER_ADDR:MASTER_PORT = {}:{}?",
