@@ -30,7 +30,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
   MOEFORGE_FUZZ_CASES=$fuzz MOEFORGE_FUZZ_SEED=$rounds MOEFORGE_SOURCE_DIR=$PWD "$build/tests/test_reliability" > "$work/fuzz.log" 2>&1 || {
     cat "$work/fuzz.log"; echo "stress: the fuzzers failed in round $rounds" >&2; exit 1; }
   grep '^\[ fuzz \]' "$work/fuzz.log"
-  fuzz_cases=$((fuzz_cases + 4 * fuzz + fuzz / 5 + fuzz / 10))  # files, TOML, --set, Unicode; requests; HF dirs
+  # files, TOML, --set, Unicode, Unicode through Hugging Face's library x2 tokenizers; requests; HF dirs, tokenizer.json
+  fuzz_cases=$((fuzz_cases + 6 * fuzz + fuzz / 5 + 2 * (fuzz / 10)))
   out=$(MOEFORGE=$release/moeforge tests/reliability/kill_resume.sh "$work/kill" "$kills" "$rounds") || {
     echo "$out"; echo "stress: the kill harness failed in round $rounds" >&2; exit 1; }
   echo "$out"

@@ -17,7 +17,22 @@ using json = nlohmann::json;
 // GPT-2's split, which ByteLevel applies itself when `use_regex` is true.
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
+// Runs read(), naming `where` (the key path it reads) in any JSON type or range error.
+template <class Read>
+auto keyed(const std::string& where, Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const json::exception& e) {
+    const std::string what = e.what();  // "[json.exception.type_error.302] type must be ..."
+    const auto tag = what.find("] ");
+    throw std::invalid_argument(fmt::format("{}: {}", where, tag == std::string::npos ? what : what.substr(tag + 2)));
+  }
+}
+
+std::string type_of(const json& j, const std::string& where) {
+  return j.is_object() && j.contains("type") ? keyed(where + ".type", [&] { return j["type"].get<std::string>(); })
+                                             : "";
+}
 
 // A flag that must hold the given value for the behaviour we implement.
 void require(const std::string& where, const json& j, const char* key, const json& expected) {
@@ -57,6 +72,18 @@ std::string quote_regex(const std::string& literal) {
   return out;
 }
 
+// One merge, as "a b" or ["a", "b"].
+std::pair<std::string, std::string> read_merge(const json& m, size_t index) {
+  const auto where = fmt::format("model.merges[{}]", index);
+  if (m.is_array() && m.size() == 2)
+    return keyed(where, [&] { return std::make_pair(m[0].get<std::string>(), m[1].get<std::string>()); });
+  const auto s = keyed(where, [&] { return m.get<std::string>(); });
+  const auto space = s.find(' ');
+  if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+    throw std::invalid_argument(fmt::format("{}: '{}' is not two tokens separated by one space", where, s));
+  return {s.substr(0, space), s.substr(space + 1)};
+}
+
 }  // namespace
 
 void HfTokenizer::AddedSet::index() {
@@ -71,8 +98,8 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
   const json j = read_json(path);
   try {
     const auto& model = j.at("model");
-    if (type_of(model) != "BPE")
-      throw std::invalid_argument(fmt::format("model.type '{}' is not supported (only BPE)", type_of(model)));
+    if (type_of(model, "model") != "BPE")
+      throw std::invalid_argument(fmt::format("model.type '{}' is not supported (only BPE)", type_of(model, "model")));
     const std::string where = path + " model";
     require(where, model, "dropout", nullptr);
     require(where, model, "byte_fallback", false);
@@ -80,17 +107,7 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
     require(where, model, "end_of_word_suffix", "");
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(model.at("merges").size());
-    for (const auto& m : model.at("merges")) {
-      if (m.is_array()) {
-        merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
-        continue;
-      }
-      const auto s = m.get<std::string>();
-      const auto space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        throw std::invalid_argument(fmt::format("model.merges: '{}' is not two tokens separated by one space", s));
-      merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    }
+    for (const auto& m : model.at("merges")) merges.push_back(read_merge(m, merges.size()));
     std::unordered_map<std::string, int> vocab;
     for (const auto& [token, value] : model.at("vocab").items()) {
       const int id = token_id(value, fmt::format("model.vocab '{}'", token));
@@ -98,13 +115,14 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
       tokens_[id] = token;
       vocab[token] = id;
     }
-    bpe_ = std::make_unique<Bpe>(std::move(vocab), merges, model.value("ignore_merges", false));
-    read_normalizer(j.value("normalizer", json()));
-    read_pre_tokenizer(j.value("pre_tokenizer", json()));
+    const bool ignore_merges = keyed("model.ignore_merges", [&] { return model.value("ignore_merges", false); });
+    bpe_ = std::make_unique<Bpe>(std::move(vocab), merges, ignore_merges);
+    read_normalizer(j.value("normalizer", json()), "normalizer");
+    read_pre_tokenizer(j.value("pre_tokenizer", json()), "pre_tokenizer");
     if (!byte_level_)
       throw std::invalid_argument("pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
     read_added(j.value("added_tokens", json::array()));
-    const auto decoder = type_of(j.value("decoder", json()));
+    const auto decoder = type_of(j.value("decoder", json()), "decoder");
     if (decoder != "ByteLevel")
       throw std::invalid_argument(fmt::format("decoder.type '{}' is not supported (only ByteLevel)", decoder));
   } catch (const json::exception& e) {
@@ -116,52 +134,63 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
   read_config((std::filesystem::path(path).parent_path() / "tokenizer_config.json").string());
 }
 
-void HfTokenizer::read_normalizer(const nlohmann::json& j) {
-  const auto type = type_of(j);
+void HfTokenizer::read_normalizer(const nlohmann::json& j, const std::string& where) {
+  const auto type = type_of(j, where);
   if (j.is_null()) return;
   if (type == "Sequence") {
-    for (const auto& n : j.at("normalizers")) read_normalizer(n);
+    const auto& list = keyed(where, [&]() -> const json& { return j.at("normalizers"); });
+    for (size_t i = 0; i < list.size(); ++i) read_normalizer(list[i], fmt::format("{}.normalizers[{}]", where, i));
   } else if (type == "NFC") {
     normalizers_.push_back(Normalizer::kNfc);
   } else if (type == "NFKC") {
     normalizers_.push_back(Normalizer::kNfkc);
   } else {
-    throw std::invalid_argument(fmt::format("normalizer type '{}' is not supported (NFC, NFKC, Sequence)", type));
+    throw std::invalid_argument(
+        fmt::format("{}: type '{}' is not supported (NFC, NFKC, Sequence)", where, type.empty() ? j.dump() : type));
   }
 }
 
-void HfTokenizer::read_pre_tokenizer(const nlohmann::json& j) {
-  const auto type = type_of(j);
-  if (byte_level_ && type != "Sequence") throw std::invalid_argument("pre_tokenizer: ByteLevel must come last");
+void HfTokenizer::read_pre_tokenizer(const nlohmann::json& j, const std::string& where) {
+  const auto type = type_of(j, where);
+  if (byte_level_ && type != "Sequence") throw std::invalid_argument(where + ": ByteLevel must come last");
   if (type == "Sequence") {
-    for (const auto& p : j.at("pretokenizers")) read_pre_tokenizer(p);
+    const auto& list = keyed(where, [&]() -> const json& { return j.at("pretokenizers"); });
+    for (size_t i = 0; i < list.size(); ++i) read_pre_tokenizer(list[i], fmt::format("{}.pretokenizers[{}]", where, i));
   } else if (type == "Split") {
-    require("pre_tokenizer Split", j, "behavior", "Isolated");
-    require("pre_tokenizer Split", j, "invert", false);
-    const auto& pattern = j.at("pattern");
-    splits_.emplace_back(pattern.contains("Regex") ? pattern["Regex"].get<std::string>()
-                                                   : quote_regex(pattern.at("String").get<std::string>()));
+    require(where, j, "behavior", "Isolated");
+    require(where, j, "invert", false);
+    splits_.emplace_back(keyed(where + ".pattern", [&] {
+      const auto& pattern = j.at("pattern");
+      return pattern.contains("Regex") ? pattern["Regex"].get<std::string>()
+                                       : quote_regex(pattern.at("String").get<std::string>());
+    }));
   } else if (type == "ByteLevel") {
-    if (j.value("use_regex", true)) splits_.emplace_back(kGpt2Pattern);
-    prefix_space_ = j.value("add_prefix_space", false);
+    keyed(where, [&] {
+      if (j.value("use_regex", true)) splits_.emplace_back(kGpt2Pattern);
+      prefix_space_ = j.value("add_prefix_space", false);
+    });
     byte_level_ = true;
   } else {
-    throw std::invalid_argument(fmt::format("pre_tokenizer type '{}' is not supported (Split, ByteLevel, Sequence)",
+    throw std::invalid_argument(fmt::format("{}: type '{}' is not supported (Split, ByteLevel, Sequence)", where,
                                             type.empty() ? j.dump() : type));
   }
 }
 
 void HfTokenizer::read_added(const nlohmann::json& j) {
-  for (const auto& a : j) {
-    const std::string where = fmt::format("added_tokens '{}'", a.at("content").get<std::string>());
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& a = j[i];
+    const auto at = fmt::format("added_tokens[{}]", i);
+    const auto content = keyed(at + ".content", [&] { return a.at("content").get<std::string>(); });
+    const std::string where = fmt::format("added_tokens '{}'", content);
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) require(where, a, flag, false);
-    Added token{a.at("content").get<std::string>(), token_id(a.at("id"), where), a.value("special", false)};
+    Added token{content, keyed(at + ".id", [&] { return token_id(a.at("id"), where); }),
+                keyed(at + ".special", [&] { return a.value("special", false); })};
     if (token.id >= static_cast<int>(tokens_.size())) tokens_.resize(token.id + 1);
     tokens_[token.id] = token.content;
     special_.resize(tokens_.size());
     special_[token.id] = token.special;
     // Hugging Face matches normalised added tokens in the normalised text, so their content is normalised too.
-    if (a.value("normalized", !token.special)) {
+    if (keyed(at + ".normalized", [&] { return a.value("normalized", !token.special); })) {
       token.content = normalise(token.content);
       normalised_added_.tokens.push_back(std::move(token));
     } else {

@@ -45,8 +45,8 @@ class HfTokenizer {
     void index();
   };
   enum class Normalizer { kNfc, kNfkc };
-  void read_normalizer(const nlohmann::json& j);
-  void read_pre_tokenizer(const nlohmann::json& j);
+  void read_normalizer(const nlohmann::json& j, const std::string& where);
+  void read_pre_tokenizer(const nlohmann::json& j, const std::string& where);
   void read_added(const nlohmann::json& j);
   void read_config(const std::string& config_path);
   template <class Emit>

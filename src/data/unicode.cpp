@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 
@@ -19,6 +21,44 @@ std::string normalise(std::string_view s, utf8proc_option_t options) {
   if (n < 0) throw std::invalid_argument(fmt::format("unicode normalisation failed: {}", utf8proc_errmsg(n)));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+struct Newer {
+  char32_t first, last;
+  bool canonical;
+};
+constexpr Newer kNewer[] = {
+#include "data/unicode9.inc"
+};
+
+// Whether c is one of the code points Unicode assigned after 9.0 that this normalisation
+// would touch (compat: NFKC, else NFC).
+bool newer_than_unicode9(char32_t c, bool compat) {
+  const auto* at =
+      std::lower_bound(std::begin(kNewer), std::end(kNewer), c, [](const Newer& n, char32_t x) { return n.last < x; });
+  return at != std::end(kNewer) && at->first <= c && (compat || at->canonical);
+}
+
+// Unassigned code points are starters that neither decompose nor compose, and canonical
+// reordering never moves a mark across a starter, so normalising as Unicode 9.0 did is
+// normalising each stretch between such code points on its own and keeping them as they are.
+std::string normalise_unicode9(std::string_view s, utf8proc_option_t options) {
+  const bool compat = options & UTF8PROC_COMPAT;
+  std::string out;
+  size_t stretch = 0;
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0xDF) {  // ASCII, a continuation byte or a lead below U+07C0
+      ++i;
+      continue;
+    }
+    const size_t at = i;
+    if (!newer_than_unicode9(next_code_point(s, i), compat)) continue;
+    out += normalise(s.substr(stretch, at - stretch), options);
+    out.append(s.substr(at, i - at));
+    stretch = i;
+  }
+  if (stretch == 0) return normalise(s, options);
+  return out + normalise(s.substr(stretch), options);
 }
 
 }  // namespace
@@ -38,10 +78,10 @@ std::string utf8_lossy(std::string_view s) {
 }
 
 std::string nfc(std::string_view s) {
-  return normalise(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  return normalise_unicode9(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
 }
 std::string nfkc(std::string_view s) {
-  return normalise(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  return normalise_unicode9(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
 }
 
 void append_utf8(std::string& out, char32_t c) {

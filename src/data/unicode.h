@@ -12,8 +12,12 @@ namespace mf {
 // Invalid sequences become U+FFFD, one per maximal invalid subpart (Rust's from_utf8_lossy).
 std::string utf8_lossy(std::string_view bytes);
 
-std::string nfc(std::string_view s);   // s must be valid UTF-8
-std::string nfkc(std::string_view s);  // s must be valid UTF-8
+// NFC and NFKC as Hugging Face's `tokenizers` computes them: with Unicode 9.0's tables, so the
+// 245 code points assigned since that it would touch (scripts/unicode9_table.py: combining
+// marks such as U+07FD, composites, compatibility characters) are left as they are.
+// s must be valid UTF-8.
+std::string nfc(std::string_view s);
+std::string nfkc(std::string_view s);
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes
 // to U+0100 and up, in byte order. `byte_char[b]` is the UTF-8 of the character for byte b.

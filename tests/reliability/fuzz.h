@@ -71,6 +71,13 @@ inline std::string random_bytes(SplitMix64& rng, size_t n) {
   return s;
 }
 
+// A text cut short or with one bit flipped.
+inline std::string flip_or_cut(std::string text, SplitMix64& rng) {
+  if (rng.below(2)) return text.substr(0, rng.below(text.size()));
+  text[rng.below(text.size())] ^= static_cast<char>(1 << rng.below(8));
+  return text;
+}
+
 // Mutations of a JSON value as a hostile user would write them.
 inline json weird_value(SplitMix64& rng) {
   switch (rng.below(10)) {

@@ -36,12 +36,6 @@ json hostile_number(SplitMix64& rng) {
   }
 }
 
-std::string flip_or_cut(std::string text, SplitMix64& rng) {
-  if (rng.below(2)) return text.substr(0, rng.below(text.size()));
-  text[rng.below(text.size())] ^= static_cast<char>(1 << rng.below(8));
-  return text;
-}
-
 std::string mutate_config(const std::string& pristine, SplitMix64& rng) {
   auto c = json::parse(pristine);
   std::vector<std::string> keys;
