@@ -104,6 +104,25 @@ node -e '
 kill -TERM $SERVER
 wait $SERVER || fail "serve did not exit 0 on SIGTERM: $(cat serve.out)"
 grep -q "SIGTERM: finishing" serve.out || fail "no graceful-shutdown line"
+# a client sending its request a byte at a time does not keep the server alive past --grace
+"$MF" serve runs/smoke --port 0 --grace 1 > serve.out 2>&1 &
+SERVER=$!
+for _ in $(seq 100); do grep -q "listening on" serve.out && break; sleep 0.1; done
+PORT=$(grep -o "http://[0-9.:]*" serve.out | sed 's/.*://') || { cat serve.out; fail "serve did not start"; }
+python3 -c '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+for b in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n":
+    s.send(bytes([b])); time.sleep(0.5)
+' "$PORT" 2>/dev/null &
+SLOW=$!
+sleep 1
+kill -TERM $SERVER
+START=$(date +%s)
+wait $SERVER || fail "serve did not exit 0 on SIGTERM with a slow client: $(cat serve.out)"
+[ $(( $(date +%s) - START )) -le 5 ] || fail "serve took more than 5 s to stop with --grace 1"
+grep -q "connections still open 1 s after the signal" serve.out || fail "no line about the open connection: $(cat serve.out)"
+kill $SLOW 2>/dev/null || true
 expect_fail 1 "cannot listen" -- "$MF" serve runs/smoke --host 203.0.113.7 --port 8099
 
 # config errors: exit 2, key path and hint

@@ -17,6 +17,7 @@ void register_serve_commands(CLI::App& app) {
   static std::string ckpt;
   static ServeOptions opt;
   static int threads = 0;
+  static double grace = 10;
   sv->add_option("checkpoint", ckpt,
                  "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
       ->required();
@@ -27,9 +28,10 @@ void register_serve_commands(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   sv->add_option("--threads", threads, "intra-op threads of the model (0 = the machine's cores)")
       ->check(CLI::NonNegativeNumber);
-  sv->add_option("--http-threads", opt.http_threads, "connections served at once")
+  sv->add_option("--max-connections", opt.max_connections,
+                 "connections served at once (a thread each, started as they arrive; more wait for one)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, 4096));
   sv->add_option("--max-batch", opt.max_batch, "requests decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -38,11 +40,14 @@ void register_serve_commands(CLI::App& app) {
       ->check(CLI::Range(0, 10000));
   sv->add_option("--max-body", opt.max_body, "largest request body in bytes (larger: 413)")->capture_default_str();
   sv->add_option("--name", opt.model_name, "the model id in responses (default: the run name)");
+  sv->add_option("--grace", grace, "seconds to finish the requests in flight after SIGTERM / Ctrl-C")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   sv->callback([] {
     if (threads > 0) set_compute_threads(threads);
     CompletionServer server(load_model(ckpt), opt);
     std::cout << "listening on http://" << opt.host << ":" << server.port() << std::endl;
-    serve_until_signal(server);
+    serve_until_signal(server, grace);
   });
 }
 

@@ -3,11 +3,18 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "serve/batcher.h"
 #include "serve/completions.h"
@@ -21,11 +28,69 @@ struct CompletionServer::State {
   httplib::Server http;
   std::string name;
   size_t max_body = 0;
+  size_t token_bytes = 0;  // the most bytes of a prompt one token stands for
+  int listener = -1;       // the listening socket
   int port = 0;
   std::atomic<int64_t> next_id{1};
 };
 
 namespace {
+
+// A thread per connection, started as connections arrive and kept for later ones, up to `most`;
+// beyond that a connection waits for a thread. httplib's own pool is a fixed 32 threads, which
+// 32 clients dribbling their headers a byte at a time (each read has its own timeout) hold.
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(size_t most) : most_(most) {}
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(m_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && threads_.size() < most_)  // an idle thread takes one job each
+      threads_.emplace_back([this] { work(); });
+    else
+      cv_.notify_one();
+  }
+  void shutdown() override {  // httplib calls this after its accept loop, so no enqueue races it
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;
+      auto fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+  const size_t most_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
+// The most bytes of a prompt one token of `tok` can stand for: its longest decoded token, plus a
+// space that decoding drops at the start of a text, times 3 since normalising can shrink text
+// that much (NFC of Hangul jamo: 9 bytes to 3).
+size_t prompt_bytes_per_token(const Tokenizer& tok) {
+  size_t most = 0;
+  for (int id = 0; id < tok.vocab_size(); ++id) most = std::max(most, tok.decode({id}).size());
+  return 3 * (most + 1);
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -97,9 +162,17 @@ void handle_completion(CompletionServer::State& s, const httplib::Request& req, 
   if (!r.model.empty() && r.model != s.name)
     return send_error(res, 404, fmt::format("model '{}' is not served here (this server has '{}')", r.model, s.name),
                       "model");
+  const int64_t context = s.loaded.cfg.model.max_seq_len;
+  // Refused before tokenizing: 20 concurrent 200 kB prompts to a 64-token model once cost 1 GB
+  // of tokenizer memory that the allocator kept.
+  if (r.prompt.size() > s.token_bytes * static_cast<size_t>(context))
+    return send_error(res, 400,
+                      fmt::format("the prompt ({} bytes) cannot fit the model's context of {} tokens (a token stands "
+                                  "for at most {} bytes)",
+                                  r.prompt.size(), context, s.token_bytes),
+                      "prompt");
   auto job = std::make_shared<Job>();
   job->prompt = s.tokenizer->encode(r.prompt);
-  const int64_t context = s.loaded.cfg.model.max_seq_len;
   const auto prompt_tokens = static_cast<int64_t>(job->prompt.size());
   if (prompt_tokens + r.max_tokens > context)
     return send_error(res, 400,
@@ -129,10 +202,18 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
   s.loaded = std::move(model);
   if (s.loaded.tokenizer.empty()) throw std::runtime_error("the model has no tokenizer file beside it to serve text");
   s.tokenizer = std::make_unique<Tokenizer>(s.loaded.tokenizer);
+  s.token_bytes = prompt_bytes_per_token(*s.tokenizer);
   s.name = opt.model_name.empty() ? s.loaded.cfg.run.name : opt.model_name;
   s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch, opt.batch_window_ms);
-  const int threads = opt.http_threads;
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  const auto connections = static_cast<size_t>(opt.max_connections);
+  s.http.new_task_queue = [connections] { return new ConnectionThreads(connections); };
+  // One request per connection: httplib 0.11 reads ahead into a buffer it drops after each
+  // request, so pipelined requests would get no answer; closing tells the client to send them again.
+  s.http.set_keep_alive_max_count(1);
+  s.http.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    s_->listener = sock;
+  });
   s.http.set_payload_max_length(opt.max_body);
   s.http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const auto st = s_->batcher->stats();
@@ -194,6 +275,8 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
   if (s.port < 0)
     throw std::runtime_error(
         fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", opt.host, opt.port));
+  // httplib 0.11 listens with a backlog of 5: a burst of connections waited 1 s for SYN retries.
+  if (s.listener >= 0) ::listen(s.listener, SOMAXCONN);
 }
 
 CompletionServer::~CompletionServer() {
@@ -218,7 +301,7 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 }  // namespace
 
-void serve_until_signal(CompletionServer& server) {
+void serve_until_signal(CompletionServer& server, double grace_s) {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
@@ -228,9 +311,17 @@ void serve_until_signal(CompletionServer& server) {
   std::thread watcher([&] {  // a signal handler may not call stop(): this thread does
     while (!served && g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (served) return;
-    spdlog::info("{}: finishing the requests in flight, then stopping",
-                 g_stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    spdlog::info("{}: finishing the requests in flight (up to {} s), then stopping",
+                 g_stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", grace_s);
     server.stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    while (!served && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (served) return;
+    spdlog::warn("connections still open {} s after the signal (a slow client?): exiting without them", grace_s);
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(0);  // nothing is written to disk by the server, so there is nothing to finish
   });
   server.run();
   served = true;

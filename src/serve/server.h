@@ -1,7 +1,7 @@
 // `moeforge serve`: an HTTP server (cpp-httplib) for a trained language model with the
 // OpenAI-compatible POST /v1/completions (streaming as server-sent events), GET /v1/models and
 // GET /health. Bad requests get a JSON error with a 4xx status; the decoding is batched across
-// concurrent clients (serve/batcher.h).
+// concurrent clients (serve/batcher.h). Every response closes its connection (no keep-alive).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,7 @@ namespace mf {
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;              // 0: any free port (see CompletionServer::port)
-  int http_threads = 32;        // connections served at once
+  int max_connections = 256;    // served at once, a thread each; more wait for a thread
   int64_t max_batch = 16;       // rows decoded together
   int64_t batch_window_ms = 5;  // a request waits this long for others to batch with
   size_t max_body = 1 << 20;    // bytes; a larger request gets 413
@@ -35,7 +35,8 @@ class CompletionServer {
 };
 
 // Serves until SIGTERM or SIGINT, then stops gracefully: no new connections, the requests in
-// flight are answered, the process exits 0.
-void serve_until_signal(CompletionServer& server);
+// flight are answered, the process exits 0; connections still open `grace_s` seconds after the
+// signal (a client sending its request a byte at a time) are dropped by exiting.
+void serve_until_signal(CompletionServer& server, double grace_s = 10);
 
 }  // namespace mf
