@@ -39,6 +39,10 @@ bool newer_than_unicode9(char32_t c, bool compat) {
   return at != std::end(kNewer) && at->first <= c && (compat || at->canonical);
 }
 
+// U+11A7 is not a trailing consonant (those start at U+11A8), so it never joins a syllable, but
+// utf8proc 2.8 composes "가" + U+11A7 into "가", dropping it. Kept as it is, like the above.
+constexpr char32_t kJungseongOYae = 0x11A7;
+
 // Unassigned code points are starters that neither decompose nor compose, and canonical
 // reordering never moves a mark across a starter, so normalising as Unicode 9.0 did is
 // normalising each stretch between such code points on its own and keeping them as they are.
@@ -52,7 +56,8 @@ std::string normalise_unicode9(std::string_view s, utf8proc_option_t options) {
       continue;
     }
     const size_t at = i;
-    if (!newer_than_unicode9(next_code_point(s, i), compat)) continue;
+    const char32_t c = next_code_point(s, i);
+    if (!newer_than_unicode9(c, compat) && c != kJungseongOYae) continue;
     out += normalise(s.substr(stretch, at - stretch), options);
     out.append(s.substr(at, i - at));
     stretch = i;

@@ -91,9 +91,18 @@ TEST(Fuzz, TokenizerMatchesHuggingFaceOnRandomUnicode) {
     const auto ref = hf_peer::reference(file, texts, std::string("fuzz_") + name);
     ASSERT_EQ(ref.size(), texts.size());
     size_t differ = 0;
-    for (size_t i = 0; i < texts.size(); ++i)
-      if (ours.encode(texts[i].get<std::string>()) != ref[i]["ids"].get<std::vector<int>>() && ++differ <= 3)
-        ADD_FAILURE() << name << ": ids differ for " << texts[i].dump();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto ids = ours.encode(texts[i].get<std::string>());
+      const auto want = ref[i]["ids"].get<std::vector<int>>();
+      if (ids == want || ++differ > 3) continue;
+      const auto at = std::mismatch(ids.begin(), ids.end(), want.begin(), want.end()).first - ids.begin();
+      const auto around = [&](const std::vector<int>& v) {
+        return ours.decode(
+            std::vector<int>(v.begin() + std::max<long>(0, at - 3), v.begin() + std::min<long>(v.size(), at + 3)));
+      };
+      ADD_FAILURE() << name << ": ids differ at token " << at << ": ours decode to " << json(around(ids)).dump()
+                    << ", Hugging Face's to " << json(around(want)).dump() << ", in " << texts[i].dump();
+    }
     std::cout << "[ fuzz ] tokenizer parity, " << name << ": " << texts.size() << " texts, " << differ << " differ\n";
     EXPECT_EQ(differ, 0u);
   }
