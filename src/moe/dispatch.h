@@ -21,8 +21,8 @@ struct DispatchResult {
 //   grouped   gather -> the bank's grouped units (autograd, hand-written backward) -> combine:
 //             under grad mode, and for banks without an inference path
 //   combined  no grad: gather, units and combine chunk by chunk (moe/grouped_ffn.h)
-//   fused     no grad, float32 on an AVX-512 CPU, a bank with packed weights: gather and combine
-//             inside the unit GEMMs (moe/fused_units.h)
+//   fused     no grad, float32, a bank with packed weights: gather and combine inside the unit
+//             GEMMs (moe/fused_units.h); unasked on AVX-512 CPUs only (fused_units_preferred)
 enum class UnitsPath { Grouped, Combined, Fused };
 const char* to_string(UnitsPath path);
 UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank);

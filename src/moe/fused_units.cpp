@@ -67,63 +67,77 @@ std::shared_ptr<const PackedUnits> UnitPack::get(const at::Tensor& gate_up, cons
   return packed_;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// everything up to fused_units_available runs on AVX-512 CPUs only (fused_units_available says so)
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+// The kernel is written once over GCC vectors of W floats in tiles of R rows x up to P vectors
+// (R P accumulators + P weight vectors + a broadcast fit the register file: 32 zmm for W = 16,
+// R = 8, P = 3; 16 ymm or xmm for W = 8 or 4, R = 6, P = 2) and compiled for AVX-512, AVX2 + FMA
+// and baseline x86-64 below.
 namespace {
 
-constexpr int kRows = 8, kWidth = 16;  // tiles of 8 rows x up to 3 vectors: 24 accumulators
-static_assert(kWidth == kPad, "widths are padded to whole vectors");
-typedef float Vec __attribute__((vector_size(kWidth * sizeof(float)), aligned(4), may_alias));
+template <int W>
+struct Lanes {
+  typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
+  typedef int32_t IVec __attribute__((vector_size(W * sizeof(int32_t))));
+};
+static_assert(kPad % 16 == 0, "widths are padded to whole vectors of every width");
 
-MF_ALWAYS_INLINE Vec load(const float* p) { return *reinterpret_cast<const Vec*>(p); }
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec load(const float* p) {
+  return *reinterpret_cast<const typename Lanes<W>::Vec*>(p);
+}
+template <int W>
+MF_ALWAYS_INLINE void store(float* p, typename Lanes<W>::Vec v) {
+  *reinterpret_cast<typename Lanes<W>::Vec*>(p) = v;
+}
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec splat(float s) {
+  return typename Lanes<W>::Vec{} + s;
+}
 
-// acc[r][v] = sum_k a[r][k] w[k ldw + v kWidth .. + kWidth)   (a[r]: row r, read through its pointer)
-template <int NV>
-MF_ALWAYS_INLINE void tile(const float* const (&a)[kRows], int64_t K, const float* w, int64_t ldw,
-                           Vec (&acc)[kRows][NV]) {
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
+// acc[r][v] = sum_k a[r][k] w[k ldw + v W .. + W)   (a[r]: row r, read through its pointer)
+template <int W, int R, int NV>
+MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w, int64_t ldw,
+                           typename Lanes<W>::Vec (&acc)[R][NV]) {
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
   for (int64_t k = 0; k < K; ++k) {
-    Vec wk[NV];
-    for (int v = 0; v < NV; ++v) wk[v] = load(w + k * ldw + v * kWidth);
-    for (int r = 0; r < kRows; ++r) {
+    typename Lanes<W>::Vec wk[NV];
+    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
+    for (int r = 0; r < R; ++r) {
       const float s = a[r][k];
       for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
     }
   }
 }
 
-// fn(NV, col) over the columns [0, n) (n: whole vectors) in panels of 3 vectors, the rest in one
-// panel of 1 or 2: a narrow unit (M = 24 in the ViT's blocks) computes no padding beyond a vector
-template <typename Fn>
+// fn(NV, col) over the columns [0, n) (n: whole vectors) in panels of P (2 or 3) vectors, the
+// rest in one panel of 1 or 2: a narrow unit (M = 24 in the ViT's blocks) computes no padding beyond a vector
+template <int W, int P, typename Fn>
 MF_ALWAYS_INLINE void each_panel(int64_t n, Fn&& fn) {
   int64_t col = 0;
-  for (; col + 3 * kWidth <= n; col += 3 * kWidth) fn(std::integral_constant<int, 3>(), col);
-  if (n - col == 2 * kWidth) fn(std::integral_constant<int, 2>(), col);
-  if (n - col == kWidth) fn(std::integral_constant<int, 1>(), col);
+  for (; col + P * W <= n; col += P * W) fn(std::integral_constant<int, P>(), col);
+  if constexpr (P > 2)
+    if (n - col == 2 * W) fn(std::integral_constant<int, 2>(), col);
+  if (n - col == W) fn(std::integral_constant<int, 1>(), col);
 }
 
-// rows r0 .. r0 + kRows of `count` (the last one repeated past the end)
-template <typename RowFn>
-MF_ALWAYS_INLINE void tile_rows(const float* (&a)[kRows], int64_t r0, int64_t count, RowFn&& row) {
-  for (int r = 0; r < kRows; ++r) a[r] = row(std::min<int64_t>(r0 + r, count - 1));
+// rows r0 .. r0 + R of `count` (the last one repeated past the end)
+template <int R, typename RowFn>
+MF_ALWAYS_INLINE void tile_rows(const float* (&a)[R], int64_t r0, int64_t count, RowFn&& row) {
+  for (int r = 0; r < R; ++r) a[r] = row(std::min<int64_t>(r0 + r, count - 1));
 }
-
-typedef int32_t IVec __attribute__((vector_size(kWidth * sizeof(int32_t))));
-
-MF_ALWAYS_INLINE Vec splat(float s) { return Vec{} + s; }
 
 // e^x: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes' degree-5 polynomial (about 1 ulp),
 // 2^n put into the exponent bits
-MF_ALWAYS_INLINE Vec exp_vec(Vec x) {
-  x = x < splat(88.3762626647949f) ? x : splat(88.3762626647949f);
-  x = x > splat(-87.3365447505531f) ? x : splat(-87.3365447505531f);
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec exp_vec(typename Lanes<W>::Vec x) {
+  using Vec = typename Lanes<W>::Vec;
+  using IVec = typename Lanes<W>::IVec;
+  x = x < splat<W>(88.3762626647949f) ? x : splat<W>(88.3762626647949f);
+  x = x > splat<W>(-87.3365447505531f) ? x : splat<W>(-87.3365447505531f);
   Vec n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + 0.5f, IVec), Vec);
   n += __builtin_convertvector(n > x * 1.44269504088896341f + 0.5f, Vec);  // trunc -> floor (the mask is -1)
   const Vec r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  Vec y = splat(1.9875691500e-4f);
+  Vec y = splat<W>(1.9875691500e-4f);
   for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
     y = y * r + c;
   y = y * r * r + r + 1.0f;
@@ -132,33 +146,39 @@ MF_ALWAYS_INLINE Vec exp_vec(Vec x) {
 
 // erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), the formula LibTorch's
 // vectorised GELU uses
-MF_ALWAYS_INLINE Vec erf_vec(Vec x) {
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec erf_vec(typename Lanes<W>::Vec x) {
+  using Vec = typename Lanes<W>::Vec;
   const Vec a = x < 0.0f ? -x : x;
   const Vec t = 1.0f / (a * 0.3275911f + 1.0f);
-  Vec poly = splat(1.061405429f);
+  Vec poly = splat<W>(1.061405429f);
   for (float c : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) poly = poly * t + c;
-  const Vec e = 1.0f - poly * t * exp_vec(-(x * x));
+  const Vec e = 1.0f - poly * t * exp_vec<W>(-(x * x));
   return x < 0.0f ? -e : e;
 }
 
 // A = act(H) on a chunk's rows, in place in H's first Mp columns (the padding stays 0)
+template <int W>
 MF_ALWAYS_INLINE void activate(const PackedUnits& p, float* h, int64_t rows) {
+  using Vec = typename Lanes<W>::Vec;
   for (int64_t r = 0; r < rows; ++r) {
     float* g = h + r * p.n1;
-    for (int64_t c = 0; c < p.Mp; c += kWidth) {
-      const Vec v = load(g + c);
+    for (int64_t c = 0; c < p.Mp; c += W) {
+      const Vec v = load<W>(g + c);
       Vec a;
       if (p.swiglu)
-        a = v / (1.0f + exp_vec(-v)) * load(g + p.Mp + c);  // silu(gate) * up
+        a = v / (1.0f + exp_vec<W>(-v)) * load<W>(g + p.Mp + c);  // silu(gate) * up
       else
-        a = v * 0.5f * (1.0f + erf_vec(v * 0.70710678118654752f));  // x Phi(x)
-      *reinterpret_cast<Vec*>(g + c) = a;
+        a = v * 0.5f * (1.0f + erf_vec<W>(v * 0.70710678118654752f));  // x Phi(x)
+      store<W>(g + c, a);
     }
   }
 }
 
-void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const int64_t* token, const float* weight,
-                       int64_t n, float* y, float* h) {
+template <int W, int R, int P>
+MF_ALWAYS_INLINE void fused_unit_body(const PackedUnits& p, int64_t u, const float* x, const int64_t* token,
+                                      const float* weight, int64_t n, float* y, float* h) {
+  using Vec = typename Lanes<W>::Vec;
   const int64_t D = p.D, e = u / p.blocks;
   const float* w1 = p.w1_UDN.data_ptr<float>() + u * D * p.n1;
   const float* b1 = p.b1_UN.data_ptr<float>() + u * p.n1;
@@ -167,35 +187,35 @@ void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const in
   for (int64_t c0 = 0; c0 < n; c0 += kFusedChunk) {
     const int64_t cn = std::min(kFusedChunk, n - c0);
     // H = X W1^T + b1   [cn, n1]
-    each_panel(p.n1, [&](auto nv, int64_t col) {
+    each_panel<W, P>(p.n1, [&](auto nv, int64_t col) {
       constexpr int NV = decltype(nv)::value;
-      for (int64_t r0 = 0; r0 < cn; r0 += kRows) {
-        const float* a[kRows];
-        tile_rows(a, r0, cn, [&](int64_t r) { return x + token[c0 + r] * D; });
-        Vec acc[kRows][NV];
-        tile<NV>(a, D, w1 + col, p.n1, acc);
-        for (int r = 0; r < kRows && r0 + r < cn; ++r)
+      for (int64_t r0 = 0; r0 < cn; r0 += R) {
+        const float* a[R];
+        tile_rows<R>(a, r0, cn, [&](int64_t r) { return x + token[c0 + r] * D; });
+        Vec acc[R][NV];
+        tile<W, R, NV>(a, D, w1 + col, p.n1, acc);
+        for (int r = 0; r < R && r0 + r < cn; ++r)
           for (int v = 0; v < NV; ++v)
-            *reinterpret_cast<Vec*>(h + (r0 + r) * p.n1 + col + v * kWidth) = acc[r][v] + load(b1 + col + v * kWidth);
+            store<W>(h + (r0 + r) * p.n1 + col + v * W, acc[r][v] + load<W>(b1 + col + v * W));
       }
     });
-    activate(p, h, cn);
+    activate<W>(p, h, cn);
     // y[token] += weight (A W2^T + b2)
-    each_panel(p.Dp, [&](auto nv, int64_t col) {
+    each_panel<W, P>(p.Dp, [&](auto nv, int64_t col) {
       constexpr int NV = decltype(nv)::value;
-      for (int64_t r0 = 0; r0 < cn; r0 += kRows) {
-        const float* a[kRows];
-        tile_rows(a, r0, cn, [&](int64_t r) { return h + r * p.n1; });
-        Vec acc[kRows][NV];
-        tile<NV>(a, p.M, w2 + col, p.Dp, acc);
-        for (int r = 0; r < kRows && r0 + r < cn; ++r) {
+      for (int64_t r0 = 0; r0 < cn; r0 += R) {
+        const float* a[R];
+        tile_rows<R>(a, r0, cn, [&](int64_t r) { return h + r * p.n1; });
+        Vec acc[R][NV];
+        tile<W, R, NV>(a, p.M, w2 + col, p.Dp, acc);
+        for (int r = 0; r < R && r0 + r < cn; ++r) {
           float* yr = y + token[c0 + r0 + r] * D;
           const float s = weight[c0 + r0 + r];
           for (int v = 0; v < NV; ++v) {
-            const int64_t c = col + v * kWidth;
-            const Vec out = s * (b2 ? acc[r][v] + load(b2 + c) : acc[r][v]);
-            if (c + kWidth <= D) {
-              *reinterpret_cast<Vec*>(yr + c) += out;
+            const int64_t c = col + v * W;
+            const Vec out = s * (b2 ? acc[r][v] + load<W>(b2 + c) : acc[r][v]);
+            if (c + W <= D) {
+              store<W>(yr + c, load<W>(yr + c) + out);
             } else {
               for (int64_t i = 0; c + i < D; ++i) yr[c + i] += out[i];
             }
@@ -206,22 +226,39 @@ void fused_unit_avx512(const PackedUnits& p, int64_t u, const float* x, const in
   }
 }
 
-}  // namespace
-#pragma GCC pop_options
-
-bool fused_units_available(const at::Tensor& x_TD) {
-  return x_TD.is_cpu() && x_TD.scalar_type() == at::kFloat && simd_level() == SimdLevel::Avx512;
+#define MF_FUSED_UNIT_ARGS (p, u, x, token, weight, n, y, h)
+#define MF_FUSED_UNIT_PARAMS                                                                                        \
+  (const PackedUnits& p, int64_t u, const float* x, const int64_t* token, const float* weight, int64_t n, float* y, \
+   float* h)
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void fused_unit_avx512 MF_FUSED_UNIT_PARAMS {
+  fused_unit_body<16, 8, 3> MF_FUSED_UNIT_ARGS;
 }
-
-void fused_unit(const PackedUnits& p, int64_t u, const float* x, const int64_t* token, const float* weight, int64_t n,
-                float* y, float* h) {
-  fused_unit_avx512(p, u, x, token, weight, n, y, h);
-}
-#else
-bool fused_units_available(const at::Tensor&) { return false; }
-void fused_unit(const PackedUnits&, int64_t, const float*, const int64_t*, const float*, int64_t, float*, float*) {
-  TORCH_CHECK(false, "fused_unit: no AVX-512 kernel in this build");
+__attribute__((target("avx2,fma"))) void fused_unit_avx2 MF_FUSED_UNIT_PARAMS {
+  fused_unit_body<8, 6, 2> MF_FUSED_UNIT_ARGS;
 }
 #endif
+void fused_unit_base MF_FUSED_UNIT_PARAMS { fused_unit_body<4, 6, 2> MF_FUSED_UNIT_ARGS; }
+
+}  // namespace
+
+bool fused_units_available(const at::Tensor& x_TD) { return x_TD.is_cpu() && x_TD.scalar_type() == at::kFloat; }
+
+bool fused_units_preferred(const at::Tensor& x_TD) {
+  return fused_units_available(x_TD) && simd_level() == SimdLevel::Avx512;
+}
+
+void fused_unit MF_FUSED_UNIT_PARAMS {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (simd_level()) {
+    case SimdLevel::Avx512: return fused_unit_avx512 MF_FUSED_UNIT_ARGS;
+    case SimdLevel::Avx2: return fused_unit_avx2 MF_FUSED_UNIT_ARGS;
+    default: break;
+  }
+#endif
+  fused_unit_base MF_FUSED_UNIT_ARGS;
+}
+#undef MF_FUSED_UNIT_ARGS
+#undef MF_FUSED_UNIT_PARAMS
 
 }  // namespace mf

@@ -20,7 +20,7 @@
 
 namespace mf {
 
-inline constexpr int64_t kPad = 16;          // widths are padded to whole AVX-512 vectors
+inline constexpr int64_t kPad = 16;          // widths are padded to whole vectors (AVX-512's, and so AVX2's and SSE's)
 inline constexpr int64_t kFusedChunk = 128;  // rows per chunk (the hidden activations stay in L2)
 
 // Unit u = (expert u / blocks, block u % blocks) of gate_up [E, 2F|F, D] and down [E, D, F],
@@ -48,9 +48,14 @@ class UnitPack {
   std::shared_ptr<const PackedUnits> packed_;
 };
 
-// Whether the fused kernel runs here for x: float32 on a CPU with AVX-512 (the AVX2 variant ran
-// below OpenBLAS, so other machines keep the gather -> GEMM -> combine path).
+// Whether the fused kernel can run for x: float32 on the CPU (variants for AVX-512, AVX2 + FMA and
+// baseline x86-64, chosen by core/simd.h's level).
 bool fused_units_available(const at::Tensor& x_TD);
+// Whether dispatch takes it unasked: on AVX-512 only. The AVX2 and baseline variants ran below
+// the gather -> GEMM -> combine path with OpenBLAS (bench kernels, 2026-12-05, capped on an AVX-512
+// EPYC: 0.93x / 0.84x (whole experts / blocks) for AVX2, 0.31x for baseline); pinning the fused
+// path (force_units_path) runs them.
+bool fused_units_preferred(const at::Tensor& x_TD);
 
 // Unit u's n pairs (token[0..n), weight[0..n)) added into y [T, D] (float32, contiguous), x [T, D];
 // h: scratch of kFusedChunk x n1 floats.

@@ -205,7 +205,7 @@ at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_
   // per thread: its output (the first thread's is y_TD; the others are added at the end)
   std::vector<at::Tensor> ys(plan.size());
   for (size_t t = 0; t < plan.size(); ++t) ys[t] = t == 0 ? y_TD : at::zeros_like(x);
-  TORCH_CHECK(!pack || fused_units_available(x), "the fused units kernel needs float32 on an AVX-512 CPU");
+  TORCH_CHECK(!pack || fused_units_available(x), "the fused units kernel needs float32 on the CPU");
   if (pack) {
     const auto packed = pack->get(gate_up, down_EDF, gate_up_bias, down_bias, blocks, swiglu);
     auto h = at::empty({static_cast<int64_t>(plan.size()), kFusedChunk, packed->n1}, x.options());

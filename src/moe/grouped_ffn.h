@@ -34,7 +34,7 @@ at::Tensor grouped_ffn(const at::Tensor& rows_PD, const at::Tensor& gate_up, con
 // (split_units: balanced by pair count) and run them with one-thread GEMMs into outputs of their
 // own, summed at the end; y then differs from the one-thread path in the order of its sums.
 //
-// With a UnitPack (the caller's cache of packed weights; float32 x on an AVX-512 CPU only), each
+// With a UnitPack (the caller's cache of packed weights; float32 x on the CPU), each
 // unit runs the fused kernel of moe/fused_units.h instead (gather and combine inside the GEMMs).
 inline constexpr int64_t kCombinedChunkHidden = 512 * 1536;
 class UnitPack;

@@ -128,7 +128,7 @@ KernelCase units_case(CaseSize size, at::ScalarType dtype, int64_t blocks, bool 
       fmt::format("T={} D={} F={} E={} B={} P={} GELU", T, D, F, E, blocks, P), 4.0 * P * D * F / blocks, 1e-5};
   if (fused && !fused_units_available(x)) {
     c.runs = false;
-    c.why = dtype == at::kFloat ? "needs an AVX-512 CPU (MOEFORGE_SIMD may cap this one's)" : "float32 only";
+    c.why = "float32 only";
   }
   c.ours = [=] {
     torch::NoGradGuard g;

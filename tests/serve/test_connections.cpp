@@ -64,7 +64,7 @@ const std::string kGood = R"({"prompt": "The", "max_tokens": 2, "temperature": 0
 // rest again) instead of waiting for answers that never come.
 TEST(Connections, PipelinedRequestsGetOneAnswerAndAClose) {
   Served s;
-  for (const std::string first : {kGood, std::string("{bad json"), std::string(R"({"prompt": 5})")}) {
+  for (const std::string& first : {kGood, std::string("{bad json"), std::string(R"({"prompt": 5})")}) {
     Socket c(s.server->port());
     c.send(post(first) + post(kGood) + post(kGood));
     bool closed = false;
