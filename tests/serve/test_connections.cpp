@@ -2,12 +2,14 @@
 // pipelined requests, clients that send their request a byte at a time, prompts far longer
 // than the model's context.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -96,17 +98,29 @@ TEST(Connections, SlowClientsDoNotStarveTheOthers) {
   }
 }
 
-// A prompt that cannot fit the context whatever the tokenizer does is refused before tokenizing.
+// A prompt that cannot fit the context whatever the tokenizer does is refused before tokenizing:
+// more than 64 tokens x K bytes, K = 3 x (the longest token + 1). At the bound itself the
+// prompt is tokenized and refused by its token count instead.
 TEST(Connections, APromptBeyondTheContextIsRefusedUnread) {
   Served s;
-  Socket c(s.server->port());
-  c.send(post(nlohmann::json{{"prompt", std::string(500000, 'x')}}.dump()));
-  bool closed = false;
-  const auto got = c.receive(10, closed);
+  const auto ask = [&](size_t bytes) {
+    Socket c(s.server->port());
+    c.send(post(nlohmann::json{{"prompt", std::string(bytes, 'x')}}.dump()));
+    bool closed = false;
+    return c.receive(10, closed);
+  };
+  const auto got = ask(500000);
   EXPECT_NE(got.find("HTTP/1.1 400"), std::string::npos) << got;
   EXPECT_NE(got.find("the prompt (500000 bytes) cannot fit the model's context of 64 tokens"), std::string::npos)
       << got;
   EXPECT_NE(got.find(R"("param":"prompt")"), std::string::npos) << got;
+  size_t longest = 0;
+  for (int id = 0; id < s.tok.vocab_size(); ++id) longest = std::max(longest, s.tok.decode({id}).size());
+  const size_t bound = 64 * 3 * (longest + 1);
+  EXPECT_NE(got.find(fmt::format("at most {} bytes", 3 * (longest + 1))), std::string::npos) << got;
+  EXPECT_NE(ask(bound + 1).find("cannot fit the model's context"), std::string::npos);
+  const auto at_bound = ask(bound);
+  EXPECT_NE(at_bound.find(R"("param":"max_tokens")"), std::string::npos) << at_bound.substr(0, 400);
 }
 
 }  // namespace
