@@ -36,6 +36,14 @@ if [ ! -d tests/npm/node_modules/tokenizers ] || [ tests/npm/package-lock.json -
   npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error
 fi
 
+# llama.cpp as a test peer (GGUF export): node-llama-cpp's prebuilt Linux x64 CPU build. --omit=optional skips
+# its GPU builds (the CPU one is a direct dependency), --ignore-scripts its postinstall (which may download or
+# build); the tests load it with build: "never".
+if [ ! -d tests/llama/node_modules/node-llama-cpp ] || [ tests/llama/package-lock.json -nt tests/llama/node_modules ]; then
+  echo "== installing llama.cpp for the tests (tests/llama)"
+  npm ci --prefix tests/llama --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
+fi
+
 echo "== building (Release)"
 cmake --preset release > /dev/null
 cmake --build --preset release -j "$(nproc)"

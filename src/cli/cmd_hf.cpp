@@ -12,6 +12,7 @@
 #include "core/runtime.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/gguf/export.h"
 #include "io/hf/hf_dir.h"
 #include "io/model_io.h"
 
@@ -81,25 +82,38 @@ void add_export(CLI::App& app) {
   auto* exp = app.add_subcommand(
       "export",
       "write a checkpoint as a Hugging Face model directory (config.json, safetensors shards with an index, "
-      "tokenizer.model) that transformers' AutoModelForCausalLM opens, or (--format checkpoint) gather a checkpoint "
-      "that ranks wrote in shards into a checkpoint of single files");
-  exp->add_option("checkpoint", in, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  exp->add_option("-o,--out", out, "output directory (replaced)")->required();
+      "tokenizer.model) that transformers' AutoModelForCausalLM opens, (--format gguf) a GGUF file llama.cpp runs, "
+      "or (--format checkpoint) gather a checkpoint that ranks wrote in shards into a checkpoint of single files");
+  exp->add_option("checkpoint", in,
+                  "checkpoint directory, its model.safetensors, or a run directory (--format gguf: also a Hugging "
+                  "Face model directory)")
+      ->required();
+  exp->add_option("-o,--out", out, "output directory (replaced); --format gguf: the .gguf file")->required();
   exp->add_option("--arch", arch,
                   "llama, mixtral, qwen2_moe, qwen3_moe or olmoe (default: from the model: dense -> llama; "
                   "qk_norm head -> qwen3_moe, full -> olmoe; shared expert -> qwen2_moe; else mixtral)");
-  exp->add_option("--dtype", dtype, "f32, bf16 or f16 on disk")->capture_default_str();
+  exp->add_option("--dtype", dtype, "f32, bf16 or f16 on disk; --format gguf: f32, f16 or q8_0")->capture_default_str();
   exp->add_option("--shard-size", shard, "largest shard, e.g. 5GB, 500MB")->capture_default_str();
   exp->add_option("--format", format,
                   "hf: a Hugging Face directory; checkpoint: our checkpoint layout with single model.safetensors and "
-                  "optimizer.safetensors files (trainer state and tokenizer copied), resumable at any world size")
-      ->check(CLI::IsMember({"hf", "checkpoint"}))
+                  "optimizer.safetensors files (trainer state and tokenizer copied), resumable at any world size; "
+                  "gguf: one GGUF file for llama.cpp (llama for dense and Mixtral-style models, qwen2moe, qwen3moe, "
+                  "olmoe), with the tokenizer; norms and routers stay f32")
+      ->check(CLI::IsMember({"hf", "checkpoint", "gguf"}))
       ->capture_default_str();
   exp->callback([] {
     streaming_allocator();
     if (format == "checkpoint") {
       const auto n = gather_checkpoint(in, out);
       std::cout << fmt::format("wrote {}: {} tensors in single files\n", out, n);
+      return;
+    }
+    if (format == "gguf") {
+      const auto r = gguf::export_gguf(in, out, {arch, gguf::parse_type(dtype)});
+      std::cout << fmt::format(
+          "wrote {}: llama.cpp {} model, {} tensors, {:.1f} MB{}{}\n", out, r.arch, r.tensors, r.bytes / 1e6,
+          r.tokenizer ? "" : " (no tokenizer: llama.cpp needs one to load it)",
+          r.f16_fallbacks ? fmt::format(", {} matrices in f16 (rows not a multiple of 32)", r.f16_fallbacks) : "");
       return;
     }
     hf::ExportOptions o;

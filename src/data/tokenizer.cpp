@@ -24,6 +24,7 @@ struct Shim {
   int (*encode)(void*, const char*, size_t, int**, size_t*, char*, size_t);
   int (*decode)(void*, const int*, size_t, char**, size_t*, char*, size_t);
   int (*train)(const char*, const char*, size_t, unsigned, char**, size_t*, char*, size_t);
+  int (*piece)(void*, int, const char**, size_t*, float*);
 };
 
 std::string find_shim() {
@@ -65,6 +66,7 @@ const Shim& shim() {
     s.encode = reinterpret_cast<decltype(s.encode)>(sym("mfspm_encode"));
     s.decode = reinterpret_cast<decltype(s.decode)>(sym("mfspm_decode"));
     s.train = reinterpret_cast<decltype(s.train)>(sym("mfspm_train"));
+    s.piece = reinterpret_cast<decltype(s.piece)>(sym("mfspm_piece"));
   });
   return s;
 }
@@ -113,6 +115,17 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   std::string out(text, n);
   std::free(text);
   return out;
+}
+
+Tokenizer::Piece Tokenizer::piece(int id) const {
+  if (hf_) throw std::logic_error("Tokenizer::piece: a SentencePiece model's only");
+  if (id < 0 || id >= vocab_size()) throw std::out_of_range(fmt::format("token id {} outside the vocabulary", id));
+  const char* text = nullptr;
+  size_t len = 0;
+  Piece p;
+  p.type = shim().piece(handle_, id, &text, &len, &p.score);
+  p.text.assign(text, len);
+  return p;
 }
 
 int Tokenizer::vocab_size() const { return hf_ ? hf_->vocab_size() : shim().info(handle_, 0); }

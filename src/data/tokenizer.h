@@ -23,6 +23,14 @@ class Tokenizer {
   int vocab_size() const;
   int eos_id() const;
   int bos_id() const;
+  bool is_sentencepiece() const { return hf_ == nullptr; }
+  // A SentencePiece model's piece: text, score and type (1 normal, 2 unknown, 3 control, 5 unused, 6 byte).
+  struct Piece {
+    std::string text;
+    float score = 0;
+    int type = 1;
+  };
+  Piece piece(int id) const;
 
  private:
   void* handle_ = nullptr;           // SentencePiece

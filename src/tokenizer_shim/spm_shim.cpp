@@ -75,6 +75,17 @@ int mfspm_info(void* h, int what) {
   }
 }
 
+// Piece `id`: its text (*len bytes, owned by the processor) and score; returns its SentencePiece type
+// (1 normal, 2 unknown, 3 control, 5 unused, 6 byte: llama.cpp's token types use the same numbers).
+int mfspm_piece(void* h, int id, const char** text, size_t* len, float* score) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(h);
+  const auto& piece = sp->IdToPiece(id);
+  *text = piece.data();
+  *len = piece.size();
+  *score = sp->GetScore(id);
+  return sp->IsUnknown(id) ? 2 : sp->IsControl(id) ? 3 : sp->IsUnused(id) ? 5 : sp->IsByte(id) ? 6 : 1;
+}
+
 // ids are malloc'ed; the caller releases them with free()
 int mfspm_encode(void* h, const char* text, size_t len, int** ids, size_t* n, char* err, size_t errlen) {
   std::vector<int> out;

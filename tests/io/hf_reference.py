@@ -250,7 +250,10 @@ def main():
     ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
     ap.add_argument("--no-reference", action="store_true", help="write the model only")
     ap.add_argument("--vocab", type=int, default=0, help="override vocab_size (to fit a real tokenizer)")
-    ap.add_argument("--tokenizer", default="", help="a folder whose tokenizer.json / tokenizer_config.json are copied")
+    ap.add_argument("--tokenizer", default="",
+                    help="a folder whose tokenizer.json / tokenizer_config.json / tokenizer.model are copied")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override a config.json key, e.g. mlp_only_layers=[] (repeatable)")
     a = ap.parse_args()
     c = dict(CONFIGS[a.arch])
     for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
@@ -262,6 +265,9 @@ def main():
         c["num_hidden_layers"] = a.layers
     if a.vocab:
         c["vocab_size"] = a.vocab
+    for item in a.set:
+        key, value = item.split("=", 1)
+        c[key] = json.loads(value)
     gen = torch.Generator().manual_seed(a.seed)
     dtype, code = DTYPES[a.dtype]
     stored = {n: (t.to(dtype), code) for n, t in make_weights(c, gen).items()}
@@ -281,7 +287,7 @@ def main():
             weight_map.update({n: file for n in part})
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
         if a.tokenizer and os.path.isfile(os.path.join(a.tokenizer, name)):
             shutil.copyfile(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
     if a.no_reference:

@@ -1,0 +1,41 @@
+// llama.cpp as a test peer (node-llama-cpp's prebuilt CPU build; never downloads or builds).
+// Reads a JSON request on stdin:
+//   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "threads": 2}
+// and prints {"logits": [[...] per position], "tokens": [[ids] per text]}. Each position's row
+// is log softmax of llama.cpp's logits minus its mean over the vocabulary: the logits up to
+// the one constant a softmax cannot see, so they compare with anyone's logits centred the same way.
+import { getLlama } from "node-llama-cpp";
+
+const chunks = [];
+for await (const c of process.stdin) chunks.push(c);
+const req = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+
+const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
+const model = await llama.loadModel({ modelPath: req.model, useMmap: false });
+const out = { tokens: (req.texts ?? []).map((t) => Array.from(model.tokenize(t, false))) };
+
+if (req.tokens?.length) {
+  const context = await model.createContext({
+    contextSize: Math.max(64, req.tokens.length + 8),
+    batchSize: Math.max(64, req.tokens.length),
+    threads: req.threads ?? 2,
+    flashAttention: false,
+    experimentalKvCacheKeyType: "F32", // llama.cpp's default f16 cache would round every key and value
+    experimentalKvCacheValueType: "F32",
+  });
+  const sequence = context.getSequence();
+  const all = { temperature: 1, minP: 0, topK: 0, topP: 1 };
+  const input = req.tokens.map((t) => [t, { generateNext: { probabilities: true, options: all } }]);
+  const results = await sequence.controlledEvaluate(input);
+  out.logits = results.map((r, i) => {
+    const probs = r?.next?.probabilities;
+    if (!probs) throw new Error(`no probabilities for position ${i}`);
+    const row = new Array(probs.size);
+    for (const [token, p] of probs) row[token] = Math.log(p);
+    const mean = row.reduce((a, b) => a + b, 0) / row.length;
+    return row.map((v) => v - mean);
+  });
+  await context.dispose();
+}
+await model.dispose();
+process.stdout.write(JSON.stringify(out));
