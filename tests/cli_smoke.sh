@@ -104,6 +104,12 @@ node -e '
 kill -TERM $SERVER
 wait $SERVER || fail "serve did not exit 0 on SIGTERM: $(cat serve.out)"
 grep -q "SIGTERM: finishing" serve.out || fail "no graceful-shutdown line"
+# GGUF: llama.cpp (tests/llama) continues the prompt greedily as generate does
+expect_ok "llama.cpp llama model" -- "$MF" export runs/smoke --format gguf -o smoke.gguf
+echo '{"model": "smoke.gguf", "prompt": "The", "generate": 6}' | node "$SRC/tests/llama/llama_peer.mjs" > llama.json ||
+  fail "llama.cpp could not run smoke.gguf"
+python3 -c 'import json, sys; sys.stdout.write("The" + json.load(open("llama.json"))["generated"] + "\n")' > llama.txt
+cmp -s llama.txt greedy.txt || fail "llama.cpp greedy $(cat llama.txt) vs generate $(cat greedy.txt)"
 # a client sending its request a byte at a time does not keep the server alive past --grace
 "$MF" serve runs/smoke --port 0 --grace 1 > serve.out 2>&1 &
 SERVER=$!

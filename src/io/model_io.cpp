@@ -117,6 +117,18 @@ LoadedModel load_model(const std::string& path) {
   return l;
 }
 
+SafetensorsData model_weights(const std::string& path) {
+  if (!hf::is_hf_dir(path)) return SafetensorsShards(checkpoint_dir(path), "model").load_all();
+  const auto l = load_model(path);
+  SafetensorsData d;
+  for (auto& [name, t] : model_tensors(*l.model)) d.tensors[name] = t;
+  d.metadata = {{"moeforge.config", to_toml(l.cfg)},
+                {"moeforge.step", "0"},
+                {"moeforge.vocab_size", std::to_string(l.cfg.model.vocab_size)},
+                {"moeforge.architecture", hf::HfDir(path).arch().model_type}};
+  return d;
+}
+
 std::string model_tokenizer(const std::string& path) {
   return hf::is_hf_dir(path) ? tokenizer_in(path) : Checkpoint{checkpoint_dir(path), {}}.tokenizer_path();
 }

@@ -36,6 +36,10 @@ struct LoadedModel {
 // A language model; an image classifier checkpoint is an error that says so.
 LoadedModel load_model(const std::string& path);
 
+// The weights of a checkpoint as stored, or of a Hugging Face directory under our names (converted
+// in memory, with the metadata an imported checkpoint carries): what surgery commands rewrite.
+SafetensorsData model_weights(const std::string& path);
+
 // For benchmarks: a TOML config gives a randomly initialised model of that shape (seed
 // train.seed, vocabulary data.vocab_size) with the tokenizer of its data.dir ("" when the corpus
 // is not prepared); anything else is load_model(source).

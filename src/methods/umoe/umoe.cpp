@@ -7,6 +7,7 @@
 #include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "io/hf/hf_dir.h"
 #include "io/model_io.h"
 
 namespace mf {
@@ -47,21 +48,24 @@ UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& cal
                      const std::string& out, int64_t batch, bool layerwise) {
   UMoEOutcome r;
   r.saliency = checkpoint_saliency(checkpoint, calib, batch, layerwise);
-  auto ck = read_checkpoint(checkpoint);
+  const auto weights = model_weights(checkpoint);  // a Hugging Face directory's under our names
+  const auto from = hf::is_hf_dir(checkpoint) ? checkpoint : checkpoint_dir(checkpoint);
   const Config cfg = checkpoint_config(checkpoint);
-  r.surgery = umoe_surgery(ck.model.tensors, cfg, r.saliency, opt);
-  Metadata meta = ck.metadata();
+  r.surgery = umoe_surgery(weights.tensors, cfg, r.saliency, opt);
+  Metadata meta = weights.metadata;
   meta["moeforge.config"] = to_toml(r.surgery.config);
   meta["moeforge.step"] = "0";
-  meta["moeforge.umoe_from"] = ck.dir;
+  meta["moeforge.umoe_from"] = from;
   NamedTensors tensors(r.surgery.tensors.begin(), r.surgery.tensors.end());
-  const auto tokenizer = std::filesystem::exists(ck.tokenizer_path()) ? ck.tokenizer_path() : "";
+  const auto tokenizer = model_tokenizer(checkpoint);
   auto report = surgery_report(r.surgery, r.saliency, opt);
-  report["checkpoint"] = ck.dir;
+  report["checkpoint"] = from;
   report["calibration"] = {{"source", calib.source},
                            {"samples", calib.samples},
                            {"seq_len", calib.seq_len > 0 ? calib.seq_len : cfg.train.seq_len}};
-  write_checkpoint(out, {tensors, {}, meta, {{"step", 0}, {"umoe_from", ck.dir}}, tokenizer});
+  write_checkpoint(
+      out,
+      {tensors, {}, meta, {{"step", 0}, {"umoe_from", from}}, std::filesystem::exists(tokenizer) ? tokenizer : ""});
   r.report_path = out + "/umoe_report.json";
   write_file_atomic(r.report_path, report.dump(2) + "\n");
   write_file_atomic(

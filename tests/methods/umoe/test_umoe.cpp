@@ -6,7 +6,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/util.h"
 #include "io/checkpoint.h"
+#include "io/hf/hf_dir.h"
+#include "io/hf_fixture.h"
 #include "io/model_io.h"
 #include "methods/umoe/specialisation.h"
 #include "methods/umoe/umoe.h"
@@ -331,4 +334,32 @@ TEST(UMoE, DomainDivergenceByHand) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_NEAR(d[0], 2.0 / 3, 1e-15);
   EXPECT_THROW(mf::js_divergence({0, 0}, {1, 1}), std::invalid_argument);
+}
+
+// A Hugging Face directory goes through umoe as its imported checkpoint does (it once kept the
+// Hugging Face tensors under a config of fewer experts): the same tensors, config and tokenizer.
+TEST(UMoE, AHuggingFaceDirectoryIsRewrittenAsItsImportedCheckpointIs) {
+  const auto dir = hf_fixture::scratch("umoe_hf");
+  hf_fixture::spm_tokenizer(dir);
+  const auto hf_dir =
+      hf_fixture::tiny_model(dir / "m", "mixtral", {}, fmt::format("--vocab 416 --tokenizer {}", dir.string()));
+  hf::import_hf(hf_dir, (dir / "ckpt").string());
+  write_file_atomic((dir / "calib.txt").string(), read_file(hf_fixture::source_dir() + "/README.md").substr(0, 4000));
+  const CalibrationSource calib{(dir / "calib.txt").string(), 8, 16, ""};
+  for (const bool prune_only : {true, false}) {
+    SurgeryOptions o;
+    o.prune_only = prune_only;
+    run_umoe(hf_dir, calib, o, (dir / "from_hf").string(), 4, false);
+    run_umoe((dir / "ckpt").string(), calib, o, (dir / "from_ckpt").string(), 4, false);
+    const auto a = read_checkpoint((dir / "from_hf").string()), b = read_checkpoint((dir / "from_ckpt").string());
+    ASSERT_EQ(a.model.tensors.size(), b.model.tensors.size());
+    for (auto& [name, t] : b.model.tensors) {
+      ASSERT_TRUE(a.model.tensors.count(name)) << name;
+      EXPECT_TRUE(torch::equal(a.model.tensors.at(name), t)) << name;
+    }
+    EXPECT_EQ(a.config_toml(), b.config_toml());
+    EXPECT_TRUE(fs::exists(dir / "from_hf/tokenizer.model"));
+    EXPECT_NO_THROW(load_model((dir / "from_hf").string()));
+  }
+  fs::remove_all(dir);
 }
