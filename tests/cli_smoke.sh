@@ -145,7 +145,7 @@ expect_ok "train.grad_accum" -- "$MF" config --markdown
 grep -q "aten::mm" runs/prof/profile.txt || fail "profile table"
 [ -s runs/prof/profile.json ] || fail "profile trace"
 expect_ok "model GFLOP/s" -- "$MF" bench train tiny.toml --steps 2 --warmup 2 --peer ''
-expect_ok "bandwidth bound" -- "$MF" bench generate tiny.toml --tokens 3 --peer ''
+expect_ok "llama.cpp (node-llama-cpp" -- "$MF" bench generate tiny.toml --tokens 3 --peer '' --llama "$SRC/tests/llama/llama_peer.mjs"
 expect_ok "AdamW, 3 steps" -- "$MF" bench kernels --iters 1
 
 # damaged checkpoint: exit 3 with the file named

@@ -44,9 +44,10 @@ void add_generate_bench(CLI::App* bench) {
   auto* gen = bench->add_subcommand(
       "generate",
       "greedy decoding with the KV cache at batch 1 and 8 against the memory-bandwidth bound and the same model "
-      "decoded in PyTorch (python3-torch)");
+      "decoded in PyTorch (python3-torch) and in llama.cpp (GGUF f32 / f16 / q8_0 through node-llama-cpp)");
   const auto gen_t = std::make_shared<Timing>();
-  static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py", gen_json;
+  static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py",
+                     gen_llama = "tests/llama/llama_peer.mjs", gen_json;
   static int64_t gen_prompt = 16, gen_tokens = 128;
   gen->add_option("source", gen_source, "a TOML config (random weights of that shape) or a checkpoint")
       ->capture_default_str();
@@ -54,11 +55,14 @@ void add_generate_bench(CLI::App* bench) {
   gen->add_option("--tokens", gen_tokens, "new tokens per row")->capture_default_str()->check(CLI::PositiveNumber);
   gen->add_option("--threads", gen_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   gen->add_option("--peer", gen_peer, "Python peer script ('' to skip)")->capture_default_str();
+  gen->add_option("--llama", gen_llama,
+                  "llama.cpp peer (node-llama-cpp; the model exported to GGUF f32, f16 and q8_0, batch 1; '' to skip)")
+      ->capture_default_str();
   gen->add_option("--json", gen_json, "also write the results as JSON");
   gen->callback([gen_t] {
     set_compute_threads(gen_t->threads);
     const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}), gen_source,
-                                              gen_peer, gen_prompt, gen_tokens, gen_t->threads);
+                                              gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads);
     std::cout << report.table.text() << report.note;
     if (!gen_json.empty()) write_file_atomic(gen_json, report.json.dump(2) + "\n");
   });

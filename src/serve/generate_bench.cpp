@@ -11,6 +11,7 @@
 #include "model/moe_ffn.h"
 #include "moe/dispatch.h"
 #include "serve/generate.h"
+#include "serve/llama_bench.h"
 
 namespace mf {
 namespace {
@@ -60,8 +61,8 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
 }
 
 GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
-                                          const std::string& peer, int64_t prompt_len, int64_t new_tokens,
-                                          int threads) {
+                                          const std::string& peer, const std::string& llama, int64_t prompt_len,
+                                          int64_t new_tokens, int threads) {
   const auto& m = r.config.model;
   nlohmann::json theirs = {{"skipped", "--peer ''"}};
   if (!peer.empty() && m.ffn == "moe")
@@ -74,24 +75,40 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
   GenerateBenchReport out{ResultTable({{"batch", "batch", "", -6},
                                        {"tokens_per_s", "ours tokens/s", "{:.1f}", 16},
                                        {"pytorch_tokens_per_s", "PyTorch tokens/s", "{:.1f}", 18},
-                                       {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16}}),
+                                       {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16},
+                                       {"llama_f32", "llama.cpp f32", "{:.1f}", 14},
+                                       {"vs_llama_f32", "ours vs f32", "{:.2f}x", 12},
+                                       {"llama_q8_0", "llama.cpp q8_0", "{:.1f}", 15}}),
                           {{"source", source},
                            {"weight_bytes_per_step", r.weight_bytes_per_step},
                            {"bandwidth_gbs", r.bandwidth_gbs},
                            {"bound_tokens_per_s", r.bound_tokens_per_s},
                            {"units_path", r.units_path},
-                           {"pytorch", theirs}},
+                           {"pytorch", theirs},
+                           {"llama_cpp", llama_cpp_decode(source, llama, prompt_len, new_tokens, threads)}},
                           ""};
   for (const auto& row : r.rows) {
     const auto key = fmt::format("batch{}_tokens_per_s", row.batch);
     nlohmann::json cells = {{"batch", row.batch}, {"tokens_per_s", row.tokens_per_s}};
     if (theirs.contains(key) && theirs[key].get<double>() > 0)
       cells["pytorch_tokens_per_s"] = theirs[key], cells["vs_pytorch"] = row.tokens_per_s / theirs[key].get<double>();
+    const auto& ll = out.json["llama_cpp"];
+    if (row.batch == 1 && ll.contains("f32"))
+      cells["llama_f32"] = ll["f32"], cells["vs_llama_f32"] = row.tokens_per_s / ll["f32"].get<double>(),
+      cells["llama_q8_0"] = ll["q8_0"];
     out.table.add(cells);
     out.json["moeforge"][key] = row.tokens_per_s;
   }
   if (!r.units_path.empty()) out.note += "experts ran on the " + r.units_path + " units path\n";
   if (!theirs.contains("torch")) out.note += "PyTorch: " + theirs.value("skipped", "") + "\n";
+  if (const auto& ll = out.json["llama_cpp"]; ll.contains("skipped"))
+    out.note += "llama.cpp: " + ll["skipped"].get<std::string>() + "\n";
+  else
+    out.note += fmt::format(
+        "llama.cpp (node-llama-cpp 3.21.1, its default f16 KV cache) at batch 1, the faster of {} and 1 threads: f32 "
+        "{:.1f} ({} threads), f16 {:.1f} ({}), q8_0 {:.1f} ({}) tokens/s\n",
+        threads, ll["f32"].get<double>(), ll["f32_threads"].get<int>(), ll["f16"].get<double>(),
+        ll["f16_threads"].get<int>(), ll["q8_0"].get<double>(), ll["q8_0_threads"].get<int>());
   out.note += fmt::format(
       "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
       "{} prompt + {} new tokens, greedy, {} threads\n",

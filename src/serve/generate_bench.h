@@ -30,14 +30,16 @@ struct GenerateBenchResult {
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches);
 
-// r beside the same model decoded in PyTorch (`peer`, bench/peers/generate.py; "" skips it):
-// the table, its JSON and the lines saying what ran and what bounds it.
+// r beside the same model decoded in PyTorch (`peer`, bench/peers/generate.py; "" skips it) and in
+// llama.cpp at batch 1 (`llama`, tests/llama/llama_peer.mjs; "" skips it): the table, its JSON and
+// the lines saying what ran and what bounds it.
 struct GenerateBenchReport {
   ResultTable table;
   nlohmann::json json;
   std::string note;
 };
 GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
-                                          const std::string& peer, int64_t prompt_len, int64_t new_tokens, int threads);
+                                          const std::string& peer, const std::string& llama, int64_t prompt_len,
+                                          int64_t new_tokens, int threads);
 
 }  // namespace mf

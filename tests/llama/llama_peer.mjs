@@ -1,11 +1,14 @@
 // llama.cpp as a test peer (node-llama-cpp's prebuilt CPU build; never downloads or builds).
 // Reads a JSON request on stdin:
-//   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "prompt": "...", "generate": n, "threads": 2}
+//   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "prompt": "...", "generate": n, "threads": 2,
+//    "bench": {"prompt": P, "tokens": N, "vocab": V}}
 // and prints {"logits": [[...] per position of tokens], "tokens": [[ids] per text],
-// "generated": "greedy continuation of prompt"}. Each logits row is log softmax of llama.cpp's
+// "generated": "greedy continuation of prompt", "tokens_per_s": greedy decoding speed}. Each logits row is log softmax of llama.cpp's
 // logits minus its mean over the vocabulary: the logits up to the one constant a softmax cannot
 // see, so they compare with anyone's logits centred the same way. The KV cache is f32 (llama.cpp's
-// default f16 cache would round every key and value).
+// default f16 cache would round every key and value), except in "bench", which times llama.cpp
+// as users run it (its defaults) on the prompt `bench generate` gives its first row: token t =
+// (7t + 1) mod V, P prompt + N generated tokens, prefill included, one run after a warm-up.
 import { getLlama } from "node-llama-cpp";
 
 const chunks = [];
@@ -16,14 +19,13 @@ const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
 const model = await llama.loadModel({ modelPath: req.model, useMmap: false });
 const out = { tokens: (req.texts ?? []).map((t) => Array.from(model.tokenize(t, false))) };
 
-async function sequenceFor(length) {
+async function sequenceFor(length, exact = true) {
+  const exactness = { flashAttention: false, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" };
   const context = await model.createContext({
     contextSize: Math.max(64, length + 8),
     batchSize: Math.max(64, length),
     threads: req.threads ?? 2,
-    flashAttention: false,
-    experimentalKvCacheKeyType: "F32",
-    experimentalKvCacheValueType: "F32",
+    ...(exact ? exactness : {}),
   });
   return [context, context.getSequence()];
 }
@@ -53,6 +55,21 @@ if (req.generate) {
     if (generated.length >= req.generate) break;
   }
   out.generated = model.detokenize(generated);
+  await context.dispose();
+}
+if (req.bench) {
+  const { prompt, tokens, vocab } = req.bench;
+  const ids = Array.from({ length: prompt }, (_, t) => (7 * t + 1) % vocab);
+  const [context, sequence] = await sequenceFor(prompt + tokens, false);
+  const run = async () => {
+    await sequence.clearHistory();
+    const t0 = performance.now();
+    let n = 0;
+    for await (const _ of sequence.evaluate(ids, { temperature: 0 })) if (++n >= tokens) break;
+    return n / ((performance.now() - t0) / 1000);
+  };
+  await run();
+  out.tokens_per_s = await run();
   await context.dispose();
 }
 await model.dispose();
