@@ -7,6 +7,7 @@
 #include "core/util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/weight_source.h"
 
 namespace mf {
 
@@ -118,14 +119,9 @@ LoadedModel load_model(const std::string& path) {
 }
 
 SafetensorsData model_weights(const std::string& path) {
-  if (!hf::is_hf_dir(path)) return SafetensorsShards(checkpoint_dir(path), "model").load_all();
-  const auto l = load_model(path);
-  SafetensorsData d;
-  for (auto& [name, t] : model_tensors(*l.model)) d.tensors[name] = t;
-  d.metadata = {{"moeforge.config", to_toml(l.cfg)},
-                {"moeforge.step", "0"},
-                {"moeforge.vocab_size", std::to_string(l.cfg.model.vocab_size)},
-                {"moeforge.architecture", hf::HfDir(path).arch().model_type}};
+  const auto src = open_weights(path);
+  SafetensorsData d{{}, src.metadata};
+  for (auto& spec : src.specs) d.tensors[spec.name] = src.read(spec);
   return d;
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct LayerSurgery {
   // slot -> where its weights came from: its own index for survivors; the parent for a refilled
   // slot; with prune_only, the old index of each kept expert
   std::vector<int64_t> source;
+  std::set<int64_t> perturbed;  // slots that get noise (parents and clones; clones only if one-sided)
 };
 
 struct SurgeryResult {
@@ -44,6 +46,16 @@ struct SurgeryResult {
 // a missing router tensor.
 SurgeryResult umoe_surgery(const std::map<std::string, at::Tensor>& tensors, const Config& cfg,
                            const std::vector<LayerSaliency>& saliency, const SurgeryOptions& opt);
+
+// The same, one tensor at a time (the streamed `umoe` command): check the options, plan each MoE
+// layer, then `operate` on each of its per-expert tensors (`is_per_expert`) in name order, layer
+// after layer in saliency order, drawing the noise from one generator seeded with opt.seed.
+void check_surgery_options(const SurgeryOptions& opt, const std::vector<LayerSaliency>& saliency);
+LayerSurgery plan_surgery(const LayerSaliency& s, const Config& cfg, const SurgeryOptions& opt);
+std::string surgery_prefix(int64_t layer);  // "model.layers.<l>.mlp."
+bool is_per_expert(const std::string& name, at::IntArrayRef shape, int64_t layer, int64_t experts);
+at::Tensor operate(const std::string& name, const at::Tensor& old, const LayerSurgery& ls, const SurgeryOptions& opt,
+                   at::Generator& gen);
 
 nlohmann::json surgery_report(const SurgeryResult& r, const std::vector<LayerSaliency>& saliency,
                               const SurgeryOptions& opt);

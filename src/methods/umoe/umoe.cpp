@@ -1,14 +1,17 @@
 #include "methods/umoe/umoe.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include <filesystem>
 
 #include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
-#include "io/hf/hf_dir.h"
 #include "io/model_io.h"
+#include "io/weight_source.h"
 
 namespace mf {
 
@@ -44,33 +47,73 @@ SaliencyRun write_saliency(const std::string& checkpoint, const CalibrationSourc
   return r;
 }
 
+namespace {
+
+// The surgery's checkpoint tensor by tensor from `src` (peak memory: one tensor, i.e. one layer's
+// stacked experts): the tensors no surgery touches as they are, then each MoE layer's per-expert
+// tensors in name order, layer after layer: the order the in-memory umoe_surgery draws its noise in.
+void write_surgery(const WeightSource& src, const std::vector<LayerSaliency>& saliency, const SurgeryOptions& opt,
+                   SurgeryResult& result, const std::string& path, const Metadata& meta) {
+  std::vector<TensorSpec> rest, out_specs;
+  std::vector<std::vector<TensorSpec>> per_layer(saliency.size());
+  for (const auto& spec : src.specs) {
+    size_t i = 0;
+    while (i < saliency.size() &&
+           !is_per_expert(spec.name, spec.shape, saliency[i].layer, static_cast<int64_t>(saliency[i].saliency.size())))
+      ++i;
+    (i < saliency.size() ? per_layer[i] : rest).push_back(spec);
+  }
+  out_specs = rest;
+  for (size_t i = 0; i < saliency.size(); ++i) {
+    const auto router = surgery_prefix(saliency[i].layer) + "gate.weight";
+    auto& specs = per_layer[i];
+    std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    if (std::none_of(specs.begin(), specs.end(),
+                     [&](const auto& s) { return s.name == router && s.shape.size() == 2; }))
+      throw std::invalid_argument(
+          fmt::format("UMoE surgery: no router '{}' of {} rows", router, saliency[i].saliency.size()));
+    result.layers.push_back(plan_surgery(saliency[i], result.config, opt));
+    for (auto spec : specs) {
+      spec.shape[0] = static_cast<int64_t>(result.layers.back().source.size());
+      out_specs.push_back(spec);
+    }
+    if (opt.prune_only) result.config.model.moe.num_experts = static_cast<int64_t>(result.layers.back().source.size());
+  }
+  auto full_meta = meta;
+  full_meta["moeforge.config"] = to_toml(result.config);
+  SafetensorsWriter w(path, out_specs, full_meta);
+  for (const auto& spec : rest) w.write(src.read(spec));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed);
+  for (size_t i = 0; i < saliency.size(); ++i)
+    for (const auto& spec : per_layer[i]) w.write(operate(spec.name, src.read(spec), result.layers[i], opt, gen));
+  w.finish();
+}
+
+}  // namespace
+
 UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
                      const std::string& out, int64_t batch, bool layerwise) {
   UMoEOutcome r;
   r.saliency = checkpoint_saliency(checkpoint, calib, batch, layerwise);
-  const auto weights = model_weights(checkpoint);  // a Hugging Face directory's under our names
-  const auto from = hf::is_hf_dir(checkpoint) ? checkpoint : checkpoint_dir(checkpoint);
-  const Config cfg = checkpoint_config(checkpoint);
-  r.surgery = umoe_surgery(weights.tensors, cfg, r.saliency, opt);
-  Metadata meta = weights.metadata;
-  meta["moeforge.config"] = to_toml(r.surgery.config);
+  check_surgery_options(opt, r.saliency);
+  const auto src = open_weights(checkpoint);  // a Hugging Face directory's tensors under our names
+  r.surgery.config = src.config;
+  Metadata meta = src.metadata;
   meta["moeforge.step"] = "0";
-  meta["moeforge.umoe_from"] = from;
-  NamedTensors tensors(r.surgery.tensors.begin(), r.surgery.tensors.end());
-  const auto tokenizer = model_tokenizer(checkpoint);
+  meta["moeforge.umoe_from"] = src.dir;
+  CheckpointContents contents{{}, {}, {}, {{"step", 0}, {"umoe_from", src.dir}}, src.tokenizer};
+  contents.write_model = [&](const std::string& path) { write_surgery(src, r.saliency, opt, r.surgery, path, meta); };
+  write_checkpoint(out, contents);
   auto report = surgery_report(r.surgery, r.saliency, opt);
-  report["checkpoint"] = from;
+  report["checkpoint"] = src.dir;
   report["calibration"] = {{"source", calib.source},
                            {"samples", calib.samples},
-                           {"seq_len", calib.seq_len > 0 ? calib.seq_len : cfg.train.seq_len}};
-  write_checkpoint(
-      out,
-      {tensors, {}, meta, {{"step", 0}, {"umoe_from", from}}, std::filesystem::exists(tokenizer) ? tokenizer : ""});
+                           {"seq_len", calib.seq_len > 0 ? calib.seq_len : src.config.train.seq_len}};
   r.report_path = out + "/umoe_report.json";
   write_file_atomic(r.report_path, report.dump(2) + "\n");
-  write_file_atomic(
-      out + "/saliency.svg",
-      saliency_svg(r.saliency, fmt::format("{} — REAP saliency on {}", cfg.run.name, calibration_label(calib.source))));
+  write_file_atomic(out + "/saliency.svg",
+                    saliency_svg(r.saliency, fmt::format("{} — REAP saliency on {}", src.config.run.name,
+                                                         calibration_label(calib.source))));
   return r;
 }
 

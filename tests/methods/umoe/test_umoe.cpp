@@ -336,9 +336,10 @@ TEST(UMoE, DomainDivergenceByHand) {
   EXPECT_THROW(mf::js_divergence({0, 0}, {1, 1}), std::invalid_argument);
 }
 
-// A Hugging Face directory goes through umoe as its imported checkpoint does (it once kept the
-// Hugging Face tensors under a config of fewer experts): the same tensors, config and tokenizer.
-TEST(UMoE, AHuggingFaceDirectoryIsRewrittenAsItsImportedCheckpointIs) {
+// `umoe` streams (one tensor in memory at a time) and writes what the in-memory surgery gives, bit
+// for bit; a Hugging Face directory goes through it as its imported checkpoint does (it once kept
+// the Hugging Face tensors under a config of fewer experts): the same tensors, config and tokenizer.
+TEST(UMoE, StreamedSurgeryEqualsTheInMemoryOneFromACheckpointOrAHuggingFaceDirectory) {
   const auto dir = hf_fixture::scratch("umoe_hf");
   hf_fixture::spm_tokenizer(dir);
   const auto hf_dir =
@@ -350,7 +351,9 @@ TEST(UMoE, AHuggingFaceDirectoryIsRewrittenAsItsImportedCheckpointIs) {
     SurgeryOptions o;
     o.prune_only = prune_only;
     run_umoe(hf_dir, calib, o, (dir / "from_hf").string(), 4, false);
-    run_umoe((dir / "ckpt").string(), calib, o, (dir / "from_ckpt").string(), 4, false);
+    const auto streamed = run_umoe((dir / "ckpt").string(), calib, o, (dir / "from_ckpt").string(), 4, false);
+    const auto in_memory = umoe_surgery(read_checkpoint((dir / "ckpt").string()).model.tensors,
+                                        checkpoint_config((dir / "ckpt").string()), streamed.saliency, o);
     const auto a = read_checkpoint((dir / "from_hf").string()), b = read_checkpoint((dir / "from_ckpt").string());
     ASSERT_EQ(a.model.tensors.size(), b.model.tensors.size());
     for (auto& [name, t] : b.model.tensors) {
@@ -358,6 +361,11 @@ TEST(UMoE, AHuggingFaceDirectoryIsRewrittenAsItsImportedCheckpointIs) {
       EXPECT_TRUE(torch::equal(a.model.tensors.at(name), t)) << name;
     }
     EXPECT_EQ(a.config_toml(), b.config_toml());
+    EXPECT_EQ(b.config_toml(), to_toml(in_memory.config));
+    ASSERT_EQ(in_memory.tensors.size(), b.model.tensors.size());
+    for (auto& [name, t] : in_memory.tensors) EXPECT_TRUE(torch::equal(b.model.tensors.at(name), t)) << name;
+    EXPECT_EQ(streamed.surgery.layers.size(), in_memory.layers.size());
+    EXPECT_EQ(streamed.surgery.layers[1].source, in_memory.layers[1].source);
     EXPECT_TRUE(fs::exists(dir / "from_hf/tokenizer.model"));
     EXPECT_NO_THROW(load_model((dir / "from_hf").string()));
   }
