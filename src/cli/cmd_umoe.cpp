@@ -77,10 +77,13 @@ void add_surgery(CLI::App& app) {
       "umoe",
       "UMoE surgery before a domain fine-tune: per MoE layer prune the lowest-REAP-saliency experts, refill each freed "
       "slot with a copy of a surviving parent (round-robin, most salient first; MLP weights, router row and bias), "
-      "then perturb parent and clone independently; writes a checkpoint of the same architecture and "
-      "umoe_report.json. Fine-tune with `train --init-from OUT --set data.weight_<other domains>=0`");
-  um->add_option("checkpoint", ckpt, "checkpoint directory, its model.safetensors, or a run directory")->required();
-  um->add_option("-o,--out", out, "output checkpoint directory")->required();
+      "then perturb parent and clone independently; writes a checkpoint of the same architecture (a Hugging Face "
+      "directory from one) and umoe_report.json; streamed, one tensor at a time (--layerwise: the calibration too). "
+      "Fine-tune with `train --init-from OUT --set data.weight_<other domains>=0`");
+  um->add_option("checkpoint", ckpt,
+                 "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
+      ->required();
+  um->add_option("-o,--out", out, "output directory (a checkpoint, or a Hugging Face directory from one)")->required();
   calib.add_to(um);
   um->add_option("--prune", so.prune, "fraction of each layer's experts pruned, in (0, 1)")->capture_default_str();
   um->add_option("--sigma", so.sigma, "perturbation: W + sigma * std(W) * N(0, 1)")->capture_default_str();

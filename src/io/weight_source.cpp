@@ -1,5 +1,8 @@
 #include "io/weight_source.h"
 
+#include <fmt/format.h>
+#include <torch/torch.h>
+
 #include <filesystem>
 #include <memory>
 
@@ -23,11 +26,14 @@ WeightSource open_weights(const std::string& path) {
                   {"moeforge.vocab_size", std::to_string(s.config.model.vocab_size)},
                   {"moeforge.architecture", s.hf_type}};
     s.specs = hf::model_specs(s.config.model);
+    s.stored = dir->entry("model.embed_tokens.weight").dtype;
     s.read = [dir](const TensorSpec& spec) {
       std::vector<std::string> used;
       return dir->ours(spec.name, spec.shape, used).to(spec.dtype);
     };
     s.tokenizer = tokenizer_in(path);
+    for (auto& f : std::filesystem::directory_iterator(path))
+      if (f.path().extension() == ".safetensors") s.bytes += static_cast<int64_t>(f.file_size());
     return s;
   }
   s.dir = checkpoint_dir(path);
@@ -37,7 +43,29 @@ WeightSource open_weights(const std::string& path) {
   for (auto& name : shards->names()) s.specs.push_back({name, shards->entry(name).dtype, shards->entry(name).shape});
   s.read = [shards](const TensorSpec& spec) { return shards->read(spec.name); };
   s.tokenizer = tokenizer_in(s.dir);
+  s.bytes = shards->bytes();
   return s;
+}
+
+void load_module(torch::nn::Module& module, const WeightSource& src, const std::string& prefix) {
+  torch::NoGradGuard g;
+  auto params = module.named_parameters();
+  auto buffers = module.named_buffers();
+  for (auto* set : {&params, &buffers})
+    for (auto& p : *set) {
+      const TensorSpec spec{prefix + p.key(), p.value().scalar_type(), p.value().sizes().vec()};
+      const auto t = src.read(spec);
+      if (t.sizes() != p.value().sizes())
+        throw FormatError(fmt::format("{}: tensor '{}' has shape {}; the model expects {}", src.dir, spec.name,
+                                      c10::str(t.sizes()), c10::str(p.value().sizes())));
+      p.value().copy_(t);
+    }
+  for (auto& spec : src.specs) {
+    if (spec.name.rfind(prefix, 0) != 0) continue;
+    const auto local = spec.name.substr(prefix.size());
+    if (!params.contains(local) && !buffers.contains(local))
+      throw FormatError(fmt::format("{}: unexpected tensor '{}'", src.dir, spec.name));
+  }
 }
 
 }  // namespace mf

@@ -3,6 +3,8 @@
 // `import` does): what streamed commands (export --format gguf, umoe) read, so their peak memory
 // is one tensor (one block's stacked experts), not the model.
 #pragma once
+#include <torch/nn/module.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,7 +22,13 @@ struct WeightSource {
   std::vector<TensorSpec> specs;  // every tensor: a checkpoint's in name order, else the model's order
   std::string tokenizer;          // "" when there is none
   std::function<at::Tensor(const TensorSpec&)> read;  // as stored in a checkpoint; float32 from Hugging Face
+  int64_t bytes = 0;                                  // the safetensors files on disk
+  at::ScalarType stored = at::kFloat;                 // a Hugging Face directory's dtype on disk (its embedding's)
 };
 WeightSource open_weights(const std::string& path);
+
+// Copies the source's tensors "<prefix><name>" into `module`'s parameters and buffers (one at a
+// time); a tensor under `prefix` the module lacks is a FormatError naming it.
+void load_module(torch::nn::Module& module, const WeightSource& src, const std::string& prefix);
 
 }  // namespace mf

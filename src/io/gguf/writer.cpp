@@ -150,10 +150,19 @@ void Writer::write(const at::Tensor& t) {
   if (t.sizes() != at::IntArrayRef(info.shape))
     throw std::logic_error(
         fmt::format("gguf: '{}' planned as {}, written as {}", info.name, c10::str(info.shape), c10::str(t.sizes())));
-  auto bytes = encode(t, info.type);
-  bytes.resize((bytes.size() + kAlignment - 1) / kAlignment * kAlignment, '\0');
-  out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  offset_ += bytes.size();
+  uint64_t n = 0;
+  if (info.type == Type::Q8_0) {
+    const auto bytes = encode(t, info.type);
+    out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    n = bytes.size();
+  } else {  // straight from the tensor's memory: no second copy of the largest tensor (the embedding)
+    const auto x = t.to(info.type == Type::F32 ? at::kFloat : at::kHalf).contiguous();
+    out_.write(static_cast<const char*>(x.data_ptr()), static_cast<std::streamsize>(x.nbytes()));
+    n = x.nbytes();
+  }
+  const std::string pad((kAlignment - n % kAlignment) % kAlignment, '\0');
+  out_.write(pad.data(), static_cast<std::streamsize>(pad.size()));
+  offset_ += n + pad.size();
 }
 
 void Writer::finish() {

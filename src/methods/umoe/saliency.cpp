@@ -12,6 +12,7 @@
 #include "core/runtime.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
+#include "io/weight_source.h"
 #include "model/moe_ffn.h"
 #include "moe/dispatch.h"
 
@@ -117,21 +118,21 @@ std::vector<LayerSaliency> model_saliency(TransformerLMImpl& model, const at::Te
 
 std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, const at::Tensor& windows_BL,
                                               int64_t batch, LayerwisePeak* peak) {
-  const Config cfg = checkpoint_config(checkpoint);
-  const auto& c = cfg.model;
+  const auto src = open_weights(checkpoint);  // a checkpoint, or a Hugging Face directory under our names
+  const auto& c = src.config.model;
   check_reap_model(c);
-  const SafetensorsShards file(checkpoint_dir(checkpoint), "model");
   torch::NoGradGuard no_grad;
   const RopeTable rope(c.max_seq_len, c.head_width(), c.rope_theta);
   const MoEPlan plan = plan_moe(c);
   // the residual stream of every window, kept between blocks
-  auto h_BLD = torch::embedding(file.read("model.embed_tokens.weight"), windows_BL);
+  auto h_BLD =
+      torch::embedding(src.read({"model.embed_tokens.weight", at::kFloat, {c.vocab_size, c.d_model}}), windows_BL);
   std::vector<LayerSaliency> out;
   int64_t largest = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     DecoderBlock block(c, l, plan);
     const std::string prefix = fmt::format("model.layers.{}.", l);
-    load_module_tensors(*block, file, prefix);
+    load_module(*block, src, prefix);
     int64_t bytes = 0;
     for (auto& p : block->parameters()) bytes += static_cast<int64_t>(p.nbytes());
     largest = std::max(largest, bytes);
@@ -149,7 +150,7 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   }
   if (peak) {
     peak->peak_rss_bytes = peak_rss_bytes();
-    peak->model_bytes = file.bytes();
+    peak->model_bytes = src.bytes;
     peak->largest_block_bytes = largest;
   }
   return out;

@@ -10,6 +10,7 @@
 #include "core/runtime.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "io/hf/hf_dir.h"
 #include "io/model_io.h"
 #include "io/weight_source.h"
 
@@ -103,7 +104,17 @@ UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& cal
   meta["moeforge.umoe_from"] = src.dir;
   CheckpointContents contents{{}, {}, {}, {{"step", 0}, {"umoe_from", src.dir}}, src.tokenizer};
   contents.write_model = [&](const std::string& path) { write_surgery(src, r.saliency, opt, r.surgery, path, meta); };
-  write_checkpoint(out, contents);
+  // a Hugging Face directory in, one of its architecture and dtype out (through a checkpoint of ours)
+  const bool hf_out = !src.hf_type.empty();
+  const auto checkpoint_out = hf_out ? out + ".checkpoint-tmp" : out;
+  write_checkpoint(checkpoint_out, contents);
+  if (hf_out) {
+    hf::ExportOptions e;
+    e.arch = src.hf_type;
+    e.dtype = src.stored;
+    hf::export_hf(checkpoint_out, out, e);
+    std::filesystem::remove_all(checkpoint_out);
+  }
   auto report = surgery_report(r.surgery, r.saliency, opt);
   report["checkpoint"] = src.dir;
   report["calibration"] = {{"source", calib.source},

@@ -30,7 +30,10 @@ struct UMoEOutcome {
   SurgeryResult surgery;
   std::string report_path;
 };
-// Writes the checkpoint to `out` (atomically), out/umoe_report.json and out/saliency.svg.
+// Writes the checkpoint to `out` (atomically), out/umoe_report.json and out/saliency.svg. Streamed:
+// one tensor in memory at a time (and with `layerwise`, one block for the calibration). From a
+// Hugging Face directory, `out` is one of the same architecture and dtype (config.json with the
+// new expert count; tokenizer files carried), written through a checkpoint of ours beside it.
 UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& calib, const SurgeryOptions& opt,
                      const std::string& out, int64_t batch = 8, bool layerwise = false);
 
