@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/init.h"
 #include "model/moe_ffn.h"
 
 namespace mf {
@@ -88,6 +89,7 @@ std::optional<ParamCounts> blockwise_param_counts(const ModelConfig& c) {
   const auto plan = plan_moe(c);
   if (!plan.extensions.empty() || (c.ffn != "moe" && c.ffn != "swiglu")) return std::nullopt;
   ParamCounts n;
+  const ShapesOnly shapes;
   for (int64_t i = 0; i < c.n_layers; ++i) {
     DecoderBlock block(c, i, plan);
     const auto b = count_parameters(*block, {block->mlp}, 0);

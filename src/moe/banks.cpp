@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/init.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 
@@ -10,8 +11,8 @@ namespace mf {
 ExpertBank::ExpertBank(int64_t E, int64_t D, int64_t F, Activation activation, bool bias)
     : num_experts_(E), expert_hidden_(F), activation_(activation), pack_(std::make_shared<UnitPack>()) {
   const int64_t in_rows = activation_ == Activation::SwiGLU ? 2 * F : F;
-  gate_up_proj = register_parameter("gate_up_proj", torch::randn({E, in_rows, D}) * 0.02);
-  down_proj = register_parameter("down_proj", torch::randn({E, D, F}) * 0.02);
+  gate_up_proj = register_parameter("gate_up_proj", init_normal({E, in_rows, D}, 0.02));
+  down_proj = register_parameter("down_proj", init_normal({E, D, F}, 0.02));
   if (bias) {
     gate_up_proj_bias = register_parameter("gate_up_proj_bias", torch::zeros({E, in_rows}));
     down_proj_bias = register_parameter("down_proj_bias", torch::zeros({E, D}));

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "core/init.h"
 #include "core/util.h"
 
 namespace mf {
@@ -84,7 +85,7 @@ at::Tensor norm_router_scores(const at::Tensor& logits_TE, const at::Tensor& sig
 RouterImpl::RouterImpl(int64_t d_model, RouterOptions opt) : opt_(std::move(opt)) {
   TORCH_CHECK(opt_.num_experts >= 1 && opt_.top_k >= 1 && opt_.top_k <= opt_.num_experts,
               "router: need 1 <= top_k <= num_experts");
-  weight = register_parameter("weight", torch::randn({opt_.num_experts, d_model}) * 0.02);
+  weight = register_parameter("weight", init_normal({opt_.num_experts, d_model}, 0.02));
   selection_bias = register_buffer("selection_bias", torch::zeros({opt_.num_experts}));
   if (opt_.kind == RouterKind::NormTopK) {
     norm_scale = register_parameter("norm_scale", torch::ones({1}));

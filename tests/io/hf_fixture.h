@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,6 +21,16 @@ namespace mf::hf_fixture {
 inline std::string source_dir() {
   const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
   return s ? s : ".";
+}
+
+// The message of what `f` throws; "" when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A fresh directory of this test (ctest runs tests in parallel processes).

@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using hf_fixture::error_of;
 using hf_fixture::scratch;
 using hf_fixture::spm_tokenizer;
 using hf_fixture::tiny_model;
@@ -40,15 +41,6 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& llama_cpp_c
       {"olmoe", {"num_key_value_heads=4"}},
   };
   return cases;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 nlohmann::json llama_cpp(const nlohmann::json& request, const fs::path& dir) {

@@ -16,6 +16,7 @@
 #include "core/util.h"
 #include "io/hf/arch.h"
 #include "io/hf/hf_dir.h"
+#include "io/hf_fixture.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
 
@@ -68,15 +69,6 @@ std::set<int64_t> row_set(const at::Tensor& t, int64_t row) {
   std::set<int64_t> s;
   for (int64_t j = 0; j < t.size(1); ++j) s.insert(t[row][j].item<int64_t>());
   return s;
-}
-
-std::string hf_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -186,7 +178,7 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
     auto c = config;
     edit(c);
     write_file_atomic(dir + "/config.json", c.dump());
-    return hf_error_of([&] { hf::import_hf(dir, out); });
+    return hf_fixture::error_of([&] { hf::import_hf(dir, out); });
   };
   EXPECT_NE(with_config([](auto& c) { c["model_type"] = "gpt_oss"; }).find("\"gpt_oss\" is not supported"),
             std::string::npos);
@@ -225,7 +217,7 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
     auto extra = config;
     extra["mlp_only_layers"] = {0, 1};
     write_file_atomic(dir + "/config.json", extra.dump());
-    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    const auto e = hf_fixture::error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find("model.layers.0.mlp."), std::string::npos) << e;
     write_file_atomic(dir + "/config.json", config.dump());
   }
@@ -235,7 +227,7 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
     auto edited = nlohmann::json::parse(index);
     edited["weight_map"].begin().value() = std::string(1000, 'x');
     write_file_atomic(index_file, edited.dump());
-    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    const auto e = hf_fixture::error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find("must be a file name in the directory"), std::string::npos) << e;
     write_file_atomic(index_file, index);
   }
@@ -247,18 +239,18 @@ TEST(HfImport, BrokenDirectoriesNameTheFileKeyOrTensor) {
     ASSERT_NE(at, std::string::npos);
     relabelled.replace(at + 1, 3, "I32");
     write_file_atomic(shard, relabelled);
-    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    const auto e = hf_fixture::error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find("is stored as Int, an integer dtype"), std::string::npos) << e;
     write_file_atomic(shard, bytes);
   }
   {  // truncated shard
     std::ofstream(shard, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    const auto e = hf_fixture::error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find(shard), std::string::npos) << e;
   }
   {  // the index lists a shard that is not there
     fs::remove(shard);
-    const auto e = hf_error_of([&] { hf::import_hf(dir, out); });
+    const auto e = hf_fixture::error_of([&] { hf::import_hf(dir, out); });
     EXPECT_NE(e.find("model-00002-of-00002.safetensors"), std::string::npos) << e;
     EXPECT_NE(e.find("missing"), std::string::npos) << e;
   }
@@ -272,9 +264,11 @@ TEST(HfExport, RefusesWhatHuggingFaceCannotHold) {
   hf::import_hf(dir, ckpt);
   hf::ExportOptions o;
   o.arch = "olmoe";  // Mixtral's attention has no q/k norm
-  EXPECT_NE(hf_error_of([&] { hf::export_hf(ckpt, dir + "_out", o); }).find("model.qk_norm"), std::string::npos);
+  EXPECT_NE(hf_fixture::error_of([&] { hf::export_hf(ckpt, dir + "_out", o); }).find("model.qk_norm"),
+            std::string::npos);
   o.arch = "falcon";
-  EXPECT_NE(hf_error_of([&] { hf::export_hf(ckpt, dir + "_out", o); }).find("not supported"), std::string::npos);
+  EXPECT_NE(hf_fixture::error_of([&] { hf::export_hf(ckpt, dir + "_out", o); }).find("not supported"),
+            std::string::npos);
   EXPECT_THROW(hf::parse_dtype("f8"), ConfigError);
   EXPECT_EQ(hf::parse_size("5GB"), 5000000000LL);
   EXPECT_EQ(hf::parse_size("2 MiB"), 2097152);

@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 
+#include "core/init.h"
 #include "core/util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -93,6 +94,7 @@ std::vector<std::string> HfDir::names() const { return tensors_->names(); }
 std::vector<TensorSpec> model_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs = {{"model.embed_tokens.weight", at::kFloat, {c.vocab_size, c.d_model}}};
   const auto plan = plan_moe(c);
+  const ShapesOnly shapes;                    // no random initialisation: minutes for a large model
   for (int64_t i = 0; i < c.n_layers; ++i) {  // one block in memory at a time
     DecoderBlock block(c, i, plan);
     const auto prefix = fmt::format("model.layers.{}.", i);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "analysis/svg_plot.h"
+#include "core/init.h"
 #include "core/runtime.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
@@ -130,7 +131,10 @@ std::vector<LayerSaliency> layerwise_saliency(const std::string& checkpoint, con
   std::vector<LayerSaliency> out;
   int64_t largest = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    DecoderBlock block(c, l, plan);
+    DecoderBlock block = [&] {
+      const ShapesOnly shapes;  // every tensor is loaded next
+      return DecoderBlock(c, l, plan);
+    }();
     const std::string prefix = fmt::format("model.layers.{}.", l);
     load_module(*block, src, prefix);
     int64_t bytes = 0;
