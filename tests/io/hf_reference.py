@@ -143,6 +143,49 @@ def write_safetensors(path, tensors, names):
             f.write(b)
 
 
+def read_dir(path):
+    """Every tensor of a Hugging Face directory (model.safetensors or the shards its index lists), float32."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    codes = {code: dtype for dtype, code in DTYPES.values()}
+    out = {}
+    for file in files:
+        with open(os.path.join(path, file), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header, data = json.loads(f.read(n)), f.read()
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            b, end = e["data_offsets"]
+            raw = bytearray(data[b:end])
+            if e["dtype"] == "BF16":
+                t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+            else:
+                t = torch.frombuffer(raw, dtype=codes[e["dtype"]])
+            out[name] = t.reshape(e["shape"]).float()
+    return out
+
+
+def check_dir(path):
+    """The directory's tensors are exactly the names and shapes its config.json implies (make_weights,
+    written from transformers' modeling code); then the reference's logits on fixed ids."""
+    c = json.load(open(os.path.join(path, "config.json")))
+    expected = {n: tuple(t.shape) for n, t in make_weights(c, torch.Generator().manual_seed(0)).items()}
+    found = read_dir(path)
+    problems = [f"missing {n} {s}" for n, s in expected.items() if n not in found]
+    problems += [f"unexpected {n}" for n in found if n not in expected]
+    problems += [f"{n}: shape {tuple(found[n].shape)}, config implies {s}" for n, s in expected.items()
+                 if n in found and tuple(found[n].shape) != s]
+    if problems:
+        raise SystemExit(f"{path}: " + "; ".join(problems))
+    ids = torch.arange(14).reshape(2, 7) * 5 % c["vocab_size"]
+    with torch.no_grad():
+        logits, _ = forward(c, found, ids)
+    out = {"ids": (ids, "I64"), "logits": (logits.contiguous(), "F32")}
+    write_safetensors(os.path.join(path, "check.safetensors"), out, list(out))
+    print(f"{path}: {len(found)} tensors as config.json implies")
+
+
 # ---- the forward pass, float32, from each architecture's modeling code ----
 
 def rms_norm(x, weight, eps):  # LlamaRMSNorm and its copies: variance in float32, then the weight
@@ -240,11 +283,14 @@ def forward(c, w, ids):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", required=True, choices=sorted(CONFIGS))
+    ap.add_argument("--check", default="",
+                    help="check a directory instead: names and shapes against its config.json, and the reference's "
+                         "logits on fixed ids written to DIR/check.safetensors")
+    ap.add_argument("--arch", choices=sorted(CONFIGS))
     ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES))
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--scale", type=int, default=1,
                     help="multiply widths by this (a multi-gigabyte model for the import benchmark)")
     ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
@@ -255,6 +301,10 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override a config.json key, e.g. mlp_only_layers=[] (repeatable)")
     a = ap.parse_args()
+    if a.check:
+        return check_dir(a.check)
+    if not a.arch or not a.out:
+        ap.error("--arch and --out are required (or --check DIR)")
     c = dict(CONFIGS[a.arch])
     for key in ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
         if key in c:

@@ -11,6 +11,7 @@
 #include "io/hf/hf_dir.h"
 #include "io/hf_fixture.h"
 #include "io/model_io.h"
+#include "io/safetensors.h"
 #include "methods/umoe/specialisation.h"
 #include "methods/umoe/umoe.h"
 #include "model/moe_ffn.h"
@@ -358,6 +359,19 @@ TEST(UMoE, StreamedSurgeryEqualsTheInMemoryOneFromACheckpointOrAHuggingFaceDirec
     const auto cfg_out = nlohmann::json::parse(read_file((dir / "from_hf/config.json").string()));
     EXPECT_EQ(cfg_out["num_local_experts"], prune_only ? 2 : 4);
     EXPECT_EQ(cfg_out["model_type"], "mixtral");
+    // an independent reader (the Python reference): names and shapes as config.json implies, and its logits
+    const auto check = fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --check {}", hf_fixture::source_dir(),
+                                   (dir / "from_hf").string());
+    ASSERT_EQ(std::system(check.c_str()), 0) << check;
+    const auto ref = load_safetensors((dir / "from_hf/check.safetensors").string());
+    {
+      auto model = load_model((dir / "from_hf").string()).model;
+      model->eval();
+      torch::NoGradGuard g;
+      const double diff = (model->forward(ref.at("ids")) - ref.at("logits")).abs().max().item<double>();
+      EXPECT_LE(diff, 1e-4) << "max |logit difference| against the Python reference";
+    }
+    fs::remove(dir / "from_hf/check.safetensors");
     fs::remove_all(dir / "from_hf_ckpt");
     hf::import_hf((dir / "from_hf").string(), (dir / "from_hf_ckpt").string());
     const auto a = read_checkpoint((dir / "from_hf_ckpt").string()), b = read_checkpoint((dir / "from_ckpt").string());
