@@ -90,16 +90,16 @@ at::Tensor import_tensor(const Arch& a, const std::string& name, at::IntArrayRef
     };
     if (r->hf.empty()) {
       t = at::zeros(shape, at::kFloat);
-    } else if (r->stack == Stack::PerExpert) {
-      std::vector<at::Tensor> experts;
+    } else if (r->stack == Stack::PerExpert) {  // filled expert by expert: one copy of the bank in memory
       for (int64_t e = 0; e < shape[0]; ++e) {
-        experts.push_back(joined(e));
-        if (experts.back().sizes() != experts.front().sizes())
+        const auto expert = joined(e);
+        if (expert.sizes() != shape.slice(1))
           throw FormatError(
-              fmt::format("import: expert {} of '{}' has shape {} from the Hugging Face tensors, expert 0 {}", e, name,
-                          c10::str(experts.back().sizes()), c10::str(experts.front().sizes())));
+              fmt::format("import: expert {} of '{}' has shape {} from the Hugging Face tensors; the model expects {}",
+                          e, name, c10::str(expert.sizes()), c10::str(shape.slice(1))));
+        if (e == 0) t = at::empty(shape, expert.options());
+        t[e].copy_(expert);
       }
-      t = at::stack(experts);
     } else {
       t = r->stack == Stack::Shared ? joined(0).unsqueeze(0) : joined(0);
     }
