@@ -18,7 +18,7 @@ const std::map<std::string, Arch>& llama_cpp_archs() {
   return archs;
 }
 
-void check(const Arch& a, const ModelConfig& m) {
+void check_llama_cpp_fit(const Arch& a, const ModelConfig& m) {
   const auto refuse = [&](const std::string& why) {
     throw ConfigError(fmt::format("export --format gguf ({}): {}", a.name, why));
   };
@@ -58,7 +58,7 @@ const Arch& arch_for(const std::string& hf_type, const ModelConfig& m) {
   const auto it = archs.find(hf_type);
   if (it == archs.end())
     throw ConfigError(fmt::format("export --format gguf: no llama.cpp architecture for '{}'", hf_type));
-  check(it->second, m);
+  check_llama_cpp_fit(it->second, m);
   return it->second;
 }
 
@@ -90,8 +90,52 @@ void write_hparams(Writer& w, const Arch& a, const ModelConfig& m) {
           u32(m.moe.shared_hidden > 0 ? m.moe.shared_hidden : m.moe.n_shared * m.moe.expert_hidden));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> gguf_tensors(const Arch& a, const ModelConfig& m,
-                                                             const std::string& name, const at::Tensor& t) {
+namespace {
+
+using GgufTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Our block tensor `name`, `rest` after its "model.layers.<i>.", as GGUF's under "blk.<i>." (`blk`).
+GgufTensors block_tensors(const Arch& a, const ModelConfig& m, const std::string& name, const std::string& blk,
+                          const std::string& rest, const at::Tensor& t) {
+  static const std::map<std::string, std::string> same = {
+      {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.weight", "attn_output.weight"}, {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"}, {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},       {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},       {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.experts.down_proj", "ffn_down_exps.weight"}, {"mlp.shared_experts.down_proj", "ffn_down_shexp.weight"},
+  };
+  if (auto it = same.find(rest); it != same.end())
+    return {{blk + it->second, rest == "mlp.shared_experts.down_proj" ? t[0] : t}};
+  static const std::regex qk_re(R"(^self_attn\.(q|k)_proj\.(weight|bias)$)");
+  if (std::smatch qk; std::regex_match(rest, qk, qk_re)) {
+    const auto out = fmt::format("{}attn_{}.{}", blk, qk[1].str(), qk[2].str());
+    const int64_t heads = qk[1] == "q" ? m.n_heads : m.n_kv_heads;
+    return {{out, a.interleaved_rope ? interleave_heads(t, heads) : t}};
+  }
+  if (rest == "mlp.experts.gate_up_proj" || rest == "mlp.shared_experts.gate_up_proj") {
+    const bool shared = rest == "mlp.shared_experts.gate_up_proj";
+    const auto w = shared ? t[0] : t;
+    const auto f = w.size(-2) / 2;
+    const auto suffix = shared ? "shexp" : "exps";
+    return {{fmt::format("{}ffn_gate_{}.weight", blk, suffix), w.narrow(-2, 0, f).contiguous()},
+            {fmt::format("{}ffn_up_{}.weight", blk, suffix), w.narrow(-2, f, f).contiguous()}};
+  }
+  if (rest == "mlp.shared_gate.weight") return {{blk + "ffn_gate_inp_shexp.weight", t.reshape({-1})}};
+  if (rest == "mlp.gate.selection_bias") {
+    if (t.abs().max().item<double>() != 0)
+      throw ConfigError(
+          fmt::format("export --format gguf: '{}' is non-zero; llama.cpp's {} has no selection bias", name, a.name));
+    return {};
+  }
+  throw ConfigError(fmt::format(
+      "export --format gguf: tensor '{}' has no place in llama.cpp's {} (a method's own tensor?)", name, a.name));
+}
+
+}  // namespace
+
+GgufTensors gguf_tensors(const Arch& a, const ModelConfig& m, const std::string& name, const at::Tensor& t) {
   if (name == "model.embed_tokens.weight") {
     if (a.needs_output && m.tie_embeddings) return {{"token_embd.weight", t}, {"output.weight", t}};
     return {{"token_embd.weight", t}};
@@ -100,44 +144,9 @@ std::vector<std::pair<std::string, at::Tensor>> gguf_tensors(const Arch& a, cons
   if (name == "lm_head.weight") return {{"output.weight", t}};
   static const std::regex layer_re(R"(^model\.layers\.(\d+)\.(.+)$)");
   std::smatch match;
-  if (std::regex_match(name, match, layer_re)) {
-    const auto blk = "blk." + match[1].str() + ".";
-    const auto rest = match[2].str();
-    static const std::map<std::string, std::string> same = {
-        {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.v_proj.bias", "attn_v.bias"},
-        {"self_attn.o_proj.weight", "attn_output.weight"}, {"self_attn.o_proj.bias", "attn_output.bias"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"}, {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},       {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},       {"mlp.gate.weight", "ffn_gate_inp.weight"},
-        {"mlp.experts.down_proj", "ffn_down_exps.weight"}, {"mlp.shared_experts.down_proj", "ffn_down_shexp.weight"},
-    };
-    if (auto it = same.find(rest); it != same.end())
-      return {{blk + it->second, rest == "mlp.shared_experts.down_proj" ? t[0] : t}};
-    static const std::regex qk_re(R"(^self_attn\.(q|k)_proj\.(weight|bias)$)");
-    if (std::smatch qk; std::regex_match(rest, qk, qk_re)) {
-      const bool q = qk[1] == "q";
-      const auto out = fmt::format("{}attn_{}.{}", blk, qk[1].str(), qk[2].str());
-      return {{out, a.interleaved_rope ? interleave_heads(t, q ? m.n_heads : m.n_kv_heads) : t}};
-    }
-    if (rest == "mlp.experts.gate_up_proj" || rest == "mlp.shared_experts.gate_up_proj") {
-      const bool shared = rest[4] == 's';
-      const auto w = shared ? t[0] : t;
-      const auto f = w.size(-2) / 2;
-      const auto suffix = shared ? "shexp" : "exps";
-      return {{fmt::format("{}ffn_gate_{}.weight", blk, suffix), w.narrow(-2, 0, f).contiguous()},
-              {fmt::format("{}ffn_up_{}.weight", blk, suffix), w.narrow(-2, f, f).contiguous()}};
-    }
-    if (rest == "mlp.shared_gate.weight") return {{blk + "ffn_gate_inp_shexp.weight", t.reshape({-1})}};
-    if (rest == "mlp.gate.selection_bias") {
-      if (t.abs().max().item<double>() != 0)
-        throw ConfigError(
-            fmt::format("export --format gguf: '{}' is non-zero; llama.cpp's {} has no selection bias", name, a.name));
-      return {};
-    }
-  }
-  throw ConfigError(fmt::format(
-      "export --format gguf: tensor '{}' has no place in llama.cpp's {} (a method's own tensor?)", name, a.name));
+  if (!std::regex_match(name, match, layer_re))
+    throw ConfigError(fmt::format("export --format gguf: tensor '{}' has no place in llama.cpp's {}", name, a.name));
+  return block_tensors(a, m, name, "blk." + match[1].str() + ".", match[2].str(), t);
 }
 
 Type storage(const std::string& gguf_name, at::IntArrayRef shape, Type dtype) {

@@ -17,11 +17,11 @@ namespace {
 enum Value : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
 
 template <class T>
-void put(std::string& s, T v) {
+void put_raw(std::string& s, T v) {
   s.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 void put_string(std::string& s, const std::string& v) {
-  put<uint64_t>(s, v.size());
+  put_raw<uint64_t>(s, v.size());
   s += v;
 }
 
@@ -46,8 +46,8 @@ std::string q8_0(const at::Tensor& t) {
     float amax = 0;
     for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(p[b + i]));
     const float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
-    put<uint16_t>(out, half_bits(d));
-    for (int64_t i = 0; i < kQ8Block; ++i) put<int8_t>(out, static_cast<int8_t>(std::round(p[b + i] * inv)));
+    put_raw<uint16_t>(out, half_bits(d));
+    for (int64_t i = 0; i < kQ8Block; ++i) put_raw<int8_t>(out, static_cast<int8_t>(std::round(p[b + i] * inv)));
   }
   return out;
 }
@@ -97,24 +97,24 @@ at::Tensor decode(const std::string& bytes, at::IntArrayRef shape, Type type) {
 
 void Writer::key(const std::string& k, uint32_t value_type) {
   put_string(kv_, k);
-  put<uint32_t>(kv_, value_type);
+  put_raw<uint32_t>(kv_, value_type);
   ++n_kv_;
 }
-void Writer::set(const std::string& k, uint32_t v) { key(k, kU32), put(kv_, v); }
-void Writer::set(const std::string& k, float v) { key(k, kF32), put(kv_, v); }
-void Writer::set(const std::string& k, bool v) { key(k, kBool), put<uint8_t>(kv_, v ? 1 : 0); }
+void Writer::set(const std::string& k, uint32_t v) { key(k, kU32), put_raw(kv_, v); }
+void Writer::set(const std::string& k, float v) { key(k, kF32), put_raw(kv_, v); }
+void Writer::set(const std::string& k, bool v) { key(k, kBool), put_raw<uint8_t>(kv_, v ? 1 : 0); }
 void Writer::set(const std::string& k, const std::string& v) { key(k, kString), put_string(kv_, v); }
 void Writer::set(const std::string& k, const std::vector<std::string>& v) {
-  key(k, kArray), put<uint32_t>(kv_, kString), put<uint64_t>(kv_, v.size());
+  key(k, kArray), put_raw<uint32_t>(kv_, kString), put_raw<uint64_t>(kv_, v.size());
   for (auto& s : v) put_string(kv_, s);
 }
 void Writer::set(const std::string& k, const std::vector<float>& v) {
-  key(k, kArray), put<uint32_t>(kv_, kF32), put<uint64_t>(kv_, v.size());
-  for (float f : v) put(kv_, f);
+  key(k, kArray), put_raw<uint32_t>(kv_, kF32), put_raw<uint64_t>(kv_, v.size());
+  for (float f : v) put_raw(kv_, f);
 }
 void Writer::set(const std::string& k, const std::vector<int32_t>& v) {
-  key(k, kArray), put<uint32_t>(kv_, kI32), put<uint64_t>(kv_, v.size());
-  for (int32_t i : v) put(kv_, i);
+  key(k, kArray), put_raw<uint32_t>(kv_, kI32), put_raw<uint64_t>(kv_, v.size());
+  for (int32_t i : v) put_raw(kv_, i);
 }
 
 void Writer::add_tensor(const std::string& name, at::IntArrayRef shape, Type type) {
@@ -124,16 +124,16 @@ void Writer::add_tensor(const std::string& name, at::IntArrayRef shape, Type typ
 
 void Writer::open(const std::string& path) {
   std::string head = "GGUF";
-  put<uint32_t>(head, 3);
-  put<uint64_t>(head, tensors_.size());
-  put<uint64_t>(head, n_kv_);
+  put_raw<uint32_t>(head, 3);
+  put_raw<uint64_t>(head, tensors_.size());
+  put_raw<uint64_t>(head, n_kv_);
   head += kv_;
   for (auto& t : tensors_) {
     put_string(head, t.name);
-    put<uint32_t>(head, static_cast<uint32_t>(t.shape.size()));
-    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) put<uint64_t>(head, static_cast<uint64_t>(*d));
-    put<uint32_t>(head, static_cast<uint32_t>(t.type));
-    put<uint64_t>(head, t.offset);
+    put_raw<uint32_t>(head, static_cast<uint32_t>(t.shape.size()));
+    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) put_raw<uint64_t>(head, static_cast<uint64_t>(*d));
+    put_raw<uint32_t>(head, static_cast<uint32_t>(t.type));
+    put_raw<uint64_t>(head, t.offset);
   }
   head.resize((head.size() + kAlignment - 1) / kAlignment * kAlignment, '\0');
   path_ = path;
