@@ -127,6 +127,13 @@ LoadedModel load_model(const std::string& path) {
   return l;
 }
 
+Metadata step0_metadata(const Config& cfg, const std::string& architecture) {
+  return {{"moeforge.config", to_toml(cfg)},
+          {"moeforge.step", "0"},
+          {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)},
+          {"moeforge.architecture", architecture}};
+}
+
 SafetensorsData model_weights(const std::string& path) {
   const auto src = open_weights(path);
   SafetensorsData d{{}, src.metadata};

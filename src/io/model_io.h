@@ -36,6 +36,10 @@ struct LoadedModel {
 // A language model; an image classifier checkpoint is an error that says so.
 LoadedModel load_model(const std::string& path);
 
+// model.safetensors metadata of a checkpoint at step 0 with config `cfg` (import, a converted Hugging
+// Face directory, a benchmark's scratch model): moeforge.config, .step, .vocab_size, .architecture.
+Metadata step0_metadata(const Config& cfg, const std::string& architecture);
+
 // The weights of a checkpoint as stored, or of a Hugging Face directory under our names (converted
 // in memory, with the metadata an imported checkpoint carries): what surgery commands rewrite.
 SafetensorsData model_weights(const std::string& path);

@@ -21,10 +21,7 @@ WeightSource open_weights(const std::string& path) {
     s.dir = path;
     s.hf_type = dir->arch().model_type;
     s.config = dir->config();
-    s.metadata = {{"moeforge.config", to_toml(s.config)},
-                  {"moeforge.step", "0"},
-                  {"moeforge.vocab_size", std::to_string(s.config.model.vocab_size)},
-                  {"moeforge.architecture", s.hf_type}};
+    s.metadata = step0_metadata(s.config, s.hf_type);
     s.specs = hf::model_specs(s.config.model);
     s.stored = dir->entry("model.embed_tokens.weight").dtype;
     s.read = [dir](const TensorSpec& spec) {

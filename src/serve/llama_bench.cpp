@@ -20,10 +20,7 @@ std::string as_checkpoint(const std::string& source, const fs::path& scratch) {
   const auto l = load_model_or_shape(source);
   if (l.tokenizer.empty())
     throw std::runtime_error(fmt::format("no tokenizer in {} (moeforge data prepare {})", l.cfg.data.dir, source));
-  const Metadata meta = {{"moeforge.config", to_toml(l.cfg)},
-                         {"moeforge.step", "0"},
-                         {"moeforge.vocab_size", std::to_string(l.cfg.model.vocab_size)},
-                         {"moeforge.architecture", "llama"}};
+  const Metadata meta = step0_metadata(l.cfg, "llama");
   const auto dir = (scratch / "checkpoint").string();
   write_checkpoint(dir, {model_tensors(*l.model), {}, meta, {{"step", 0}}, l.tokenizer});
   return dir;

@@ -173,6 +173,10 @@ TEST(GgufExport, RefusesWhatLlamaCppCannotHold) {
   EXPECT_NE(refusal("qwen3_moe", {"decoder_sparse_step=1", "attention_bias=true"}).find("output-projection bias"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "x.gguf"));
+  fs::create_directories(dir / "a_dir");
+  EXPECT_NE(
+      error_of([&] { gguf::export_gguf((dir / "olmoe").string(), (dir / "a_dir").string(), {}); }).find("a directory"),
+      std::string::npos);
   fs::remove_all(dir);
 }
 

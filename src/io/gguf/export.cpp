@@ -40,6 +40,8 @@ Type parse_type(const std::string& name) {
 }
 
 ExportReport export_gguf(const std::string& path, const std::string& out, const ExportOptions& opt) {
+  if (fs::is_directory(out))
+    throw ConfigError(fmt::format("-o {}: a directory; --format gguf writes one file (e.g. -o model.gguf)", out));
   const auto src = open_weights(path);
   const auto& model = src.config.model;
   if (model.task != "lm") throw ConfigError("export --format gguf: only language models (model.task = lm)");

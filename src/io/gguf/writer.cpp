@@ -165,12 +165,20 @@ void Writer::write(const at::Tensor& t) {
   offset_ += n + pad.size();
 }
 
+Writer::~Writer() {
+  if (tmp_.empty()) return;
+  out_.close();
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
+}
+
 void Writer::finish() {
   if (next_ != tensors_.size())
     throw std::logic_error(fmt::format("gguf: {} of {} tensors written", next_, tensors_.size()));
   out_.close();
   if (!out_) throw std::runtime_error("writing " + tmp_ + " failed (disk full?)");
   std::filesystem::rename(tmp_, path_);
+  tmp_.clear();
 }
 
 }  // namespace mf::gguf

@@ -29,6 +29,10 @@ at::Tensor decode(const std::string& bytes, at::IntArrayRef shape, Type type);
 class Writer {
  public:
   static constexpr uint64_t kAlignment = 32;
+  Writer() = default;
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  ~Writer();  // an unfinished file's temporary is removed
   void set(const std::string& key, uint32_t v);
   void set(const std::string& key, float v);
   void set(const std::string& key, bool v);

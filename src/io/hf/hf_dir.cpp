@@ -112,10 +112,7 @@ ImportReport import_hf(const std::string& dir, const std::string& out) {
   const auto& cfg = hf.config();
   const auto specs = model_specs(cfg.model);
   ImportReport r{hf.arch().model_type};
-  Metadata meta = {{"moeforge.config", to_toml(cfg)},
-                   {"moeforge.step", "0"},
-                   {"moeforge.vocab_size", std::to_string(cfg.model.vocab_size)},
-                   {"moeforge.architecture", hf.arch().model_type}};
+  const Metadata meta = step0_metadata(cfg, hf.arch().model_type);
   CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"imported_from", dir}}, tokenizer_in(dir)};
   contents.write_model = [&](const std::string& path) {  // one of our tensors in memory at a time
     SafetensorsWriter w(path, specs, meta);
