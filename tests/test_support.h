@@ -1,11 +1,18 @@
 // Small helpers shared by the test executables.
 #pragma once
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 
 namespace mf::test {
+
+// The source tree (ctest sets MOEFORGE_SOURCE_DIR; "." when run by hand from it).
+inline std::string source_dir() {
+  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
+  return s ? s : ".";
+}
 
 // A small decoder: `heads` query heads sharing `kv_heads` key/value heads.
 inline ModelConfig small_model(int64_t vocab, int64_t d_model, int64_t n_layers, int64_t heads = 4,

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
+#include "model/weight_dtype.h"
 #include "methods/intb/intb.h"
 #include "methods/intb/probe.h"
 #include "methods/unif/diagnostics.h"
@@ -22,6 +23,8 @@ namespace {
 struct Source {
   std::string ckpt, data_dir, split = "val";
   int64_t windows = 32;
+  std::string dtype = "f32";
+  Evaluable open() const { return open_evaluable(ckpt, windows, data_dir, 0, parse_weight_dtype(dtype)); }
 };
 
 std::shared_ptr<Source> add_source(CLI::App* sub, bool with_split, const std::string& windows_help) {
@@ -30,6 +33,7 @@ std::shared_ptr<Source> add_source(CLI::App* sub, bool with_split, const std::st
   if (with_split) sub->add_option("--split", s->split, "val or test")->check(CLI::IsMember({"val", "test"}));
   sub->add_option("--windows", s->windows, windows_help)->check(CLI::Range(1, 100000));
   sub->add_option("--data", s->data_dir, "corpus or image directory (default: the checkpoint config's)");
+  add_weight_dtype_option(sub, s->dtype);
   return s;
 }
 
@@ -44,13 +48,13 @@ void add_usage_command(CLI::App& app) {
                     "output prefix (default: CHECKPOINT_DIR/usage -> usage_heatmap.svg, usage_hist.svg, "
                     "usage.json)");
   usage->callback([usage_src, usage_out] {
-    const auto& [ckpt, data_dir, split, windows] = *usage_src;
     const auto& out = *usage_out;
-    auto model = open_evaluable(ckpt, windows, data_dir);
+    const auto& split = usage_src->split;
+    auto model = usage_src->open();
     auto u = measure_expert_usage(model, split);
     if (u.counts.empty()) throw std::runtime_error("the model has no MoE layers");
     const std::string prefix =
-        out.empty() ? (std::filesystem::path(read_checkpoint(ckpt).dir) / "usage").string() : out;
+        out.empty() ? (std::filesystem::path(read_checkpoint(usage_src->ckpt).dir) / "usage").string() : out;
     auto paths = write_usage_pictures(u, prefix, model.cfg.run.name);
     std::cout << fmt::format("{:<8} {:>6} {:>12} {:>14} {:>10}\n", "block", "group", "experts used", "top share",
                              "pairs");
@@ -93,7 +97,7 @@ void add_probe_command(CLI::App& app) {
   probe->add_option("--seed", pc->options.seed, "seed of the random expert draws");
   probe->add_option("--json", pc->out_json, "also write the report as JSON here");
   probe->callback([probe_src, pc] {
-    auto model = open_evaluable(probe_src->ckpt, probe_src->windows, probe_src->data_dir);
+    auto model = probe_src->open();
     auto po = pc->options;
     po.modes = pc->modes;
     po.layers.clear();
@@ -127,7 +131,7 @@ void add_diagnose_command(CLI::App& app) {
   diag->add_option("--out", dc->out, "output prefix (default: CHECKPOINT_DIR/diagnose)");
   diag->callback([diag_src, dc] {
     const auto& dopt = dc->options;
-    auto model = open_evaluable(diag_src->ckpt, diag_src->windows, diag_src->data_dir);
+    auto model = diag_src->open();
     auto d = diagnose_motivation(model, dopt);
     const std::string prefix =
         dc->out.empty() ? (std::filesystem::path(read_checkpoint(diag_src->ckpt).dir) / "diagnose").string() : dc->out;
@@ -153,7 +157,7 @@ void add_intb_probe_command(CLI::App& app) {
   const auto ip_out = std::make_shared<std::string>();
   ip->add_option("--out", *ip_out, "output prefix (default: CHECKPOINT_DIR/intb_probe)");
   ip->callback([ip_src, ip_out] {
-    auto model = open_evaluable(ip_src->ckpt, ip_src->windows, ip_src->data_dir);
+    auto model = ip_src->open();
     auto p = intb_probe(model, ip_src->split);
     std::cout << p.markdown();
     const std::string prefix =

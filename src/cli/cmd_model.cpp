@@ -103,6 +103,7 @@ void evaluate_classifier_checkpoint(const std::string& ckpt, const std::string& 
 // eval: LM per-domain loss, classifier accuracy and confusion, or logits dumps
 struct EvalOptions {
   std::string ckpt, split = "test", data_dir, dump_path, dump_tokens, dump_text, confusion_out, images_path, flip;
+  std::string dtype = "f32";
   int64_t windows = 64, seq_len = 0, threads = 0;
 };
 
@@ -114,7 +115,7 @@ void run_eval(const EvalOptions& o) {
     return dump_classifier_logits(o.ckpt, o.images_path, o.dump_path, o.flip);
   }
   if (!o.dump_path.empty()) {
-    auto l = load_model(o.ckpt);
+    auto l = load_model(o.ckpt, parse_weight_dtype(o.dtype));
     std::vector<int64_t> ids = parse_ids(o.dump_tokens);
     if (!o.dump_text.empty()) {
       for (int id : Tokenizer(l.tokenizer).encode(o.dump_text)) ids.push_back(id);
@@ -130,7 +131,7 @@ void run_eval(const EvalOptions& o) {
     std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), o.dump_path);
     return;
   }
-  const auto losses = open_evaluable(o.ckpt, o.windows, o.data_dir, o.seq_len).evaluate(o.split, {});
+  const auto losses = open_evaluable(o.ckpt, o.windows, o.data_dir, o.seq_len, parse_weight_dtype(o.dtype)).evaluate(o.split, {});
   std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
   for (auto& d : losses)
     std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);
@@ -155,6 +156,7 @@ void add_eval(CLI::App& app) {
   ev->add_option("--tokens", o->dump_tokens, "comma-separated token ids for --dump-logits");
   ev->add_option("--text", o->dump_text, "text to tokenize for --dump-logits");
   ev->add_option("--threads", o->threads, "intra-op threads (0 = default)");
+  add_weight_dtype_option(ev, o->dtype);
   ev->add_option("--confusion", o->confusion_out,
                  "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
   ev->add_option("--flip-average", o->flip,
@@ -165,7 +167,7 @@ void add_eval(CLI::App& app) {
 }
 
 struct GenerateOptions {
-  std::string ckpt, prompt;
+  std::string ckpt, prompt, dtype = "f32";
   SamplingOptions sampling;
   int64_t threads = 0;
 };
@@ -182,9 +184,10 @@ void add_generate(CLI::App& app) {
   gen->add_option("--top-p", o->sampling.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", o->sampling.seed, "sampling seed");
   gen->add_option("--threads", o->threads, "intra-op threads (0 = default)");
+  add_weight_dtype_option(gen, o->dtype);
   gen->callback([o] {
     if (o->threads > 0) set_compute_threads(static_cast<int>(o->threads));
-    auto l = load_model(o->ckpt);
+    auto l = load_model(o->ckpt, parse_weight_dtype(o->dtype));
     Tokenizer tok(l.tokenizer);
     auto so = o->sampling;
     so.stop_token = tok.eos_id();
@@ -228,11 +231,16 @@ struct UpcycleCommand {
 void add_upcycle(CLI::App& app) {
   auto* up = app.add_subcommand("upcycle",
                                 "turn dense FFN blocks of a trained checkpoint into MoE blocks whose experts are "
-                                "copies of the dense FFN; fine-tune the result with `train --init-from OUT`");
+                                "copies of the dense FFN, tensor by tensor (peak memory ~ one upcycled block); "
+                                "fine-tune the result with `train --init-from OUT`");
   auto o = std::make_shared<UpcycleCommand>();
   auto& uo = o->options;
-  up->add_option("checkpoint", o->in, "dense checkpoint, or a run directory (its latest)")->required();
-  up->add_option("-o,--out", o->out, "output checkpoint directory")->required();
+  up->add_option("checkpoint", o->in, "dense checkpoint, a run directory (its latest) or a Hugging Face directory")
+      ->required();
+  up->add_option("-o,--out", o->out,
+                 "output directory: a checkpoint, or for a Hugging Face input a Hugging Face directory of the MoE "
+                 "architecture of its family (LLaMA -> Mixtral), in its dtype")
+      ->required();
   up->add_option("--layers", o->layers, "blocks to convert, comma-separated (0-based), e.g. 1,3")->required();
   up->add_option("--method", uo.method,
                  "topk (softmax top-k), topp (cumulative mass) or a method's preset (unif: UniF-MoE)")
@@ -251,8 +259,9 @@ void add_upcycle(CLI::App& app) {
     auto& uo = o->options;
     uo.layers = parse_block_list(o->layers, "upcycle --layers");
     auto r = upcycle(o->in, o->out, uo);
-    std::cout << fmt::format("wrote {}: {} dense FFN tensors became experts, {} tensors copied as they are\n", o->out,
-                             r.converted, r.copied);
+    std::cout << fmt::format("wrote {}{}: {} dense FFN tensors became experts, {} tensors copied as they are\n",
+                             o->out, r.hf_arch.empty() ? "" : " (Hugging Face " + r.hf_arch + ")", r.converted,
+                             r.copied);
     std::cout << fmt::format("model.moe.layers = \"{}\", {} experts, method {}; run name \"{}\"\n",
                              r.config.model.moe.layers, uo.experts, uo.method, r.config.run.name);
     std::cout << fmt::format("fine-tune: moeforge train --init-from {} [--set train.steps=N]\n", o->out);

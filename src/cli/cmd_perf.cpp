@@ -49,6 +49,7 @@ void add_generate_bench(CLI::App* bench) {
   static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py",
                      gen_llama = "tests/llama/llama_peer.mjs", gen_json;
   static int64_t gen_prompt = 16, gen_tokens = 128;
+  static std::vector<std::string> gen_weights = {"f32", "bf16"};
   gen->add_option("source", gen_source, "a TOML config (random weights of that shape) or a checkpoint")
       ->capture_default_str();
   gen->add_option("--prompt", gen_prompt, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
@@ -59,9 +60,13 @@ void add_generate_bench(CLI::App* bench) {
                   "llama.cpp peer (node-llama-cpp; the model exported to GGUF f32, f16 and q8_0, batch 1; '' to skip)")
       ->capture_default_str();
   gen->add_option("--json", gen_json, "also write the results as JSON");
+  gen->add_option("--dtype", gen_weights, "the dtypes our weights are held in, each timed (f32, bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   gen->callback([gen_t] {
     set_compute_threads(gen_t->threads);
-    const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}), gen_source,
+    const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}, gen_weights),
+                                              gen_source,
                                               gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads);
     std::cout << report.table.text() << report.note;
     if (!gen_json.empty()) write_file_atomic(gen_json, report.json.dump(2) + "\n");

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/runtime.h"
+#include "model/weight_dtype.h"
 #include "serve/server.h"
 
 namespace mf::cli {
@@ -18,6 +19,7 @@ void register_serve_commands(CLI::App& app) {
   static ServeOptions opt;
   static int threads = 0;
   static double grace = 10;
+  static std::string dtype = "f32";
   sv->add_option("checkpoint", ckpt,
                  "checkpoint directory, its model.safetensors, a run directory, or a Hugging Face model directory")
       ->required();
@@ -43,9 +45,10 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--grace", grace, "seconds to finish the requests in flight after SIGTERM / Ctrl-C")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
+  add_weight_dtype_option(sv, dtype);
   sv->callback([] {
     if (threads > 0) set_compute_threads(threads);
-    CompletionServer server(load_model(ckpt), opt);
+    CompletionServer server(load_model(ckpt, parse_weight_dtype(dtype)), opt);
     std::cout << "listening on http://" << opt.host << ":" << server.port() << std::endl;
     serve_until_signal(server, grace);
   });

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "methods/umoe/umoe.h"
+#include "model/weight_dtype.h"
 
 namespace mf::cli {
 namespace {
@@ -42,7 +43,15 @@ struct Calibration {
   CalibrationSource source;
   int64_t batch = 8;
   bool layerwise = false;
-  void add_to(CLI::App* cmd) { add_calibration_options(cmd, source, batch, layerwise); }
+  std::string dtype = "f32";
+  void add_to(CLI::App* cmd) {
+    add_calibration_options(cmd, source, batch, layerwise);
+    add_weight_dtype_option(cmd, dtype);
+  }
+  const CalibrationSource& parsed() {
+    source.weights = parse_weight_dtype(dtype);
+    return source;
+  }
 };
 
 void add_saliency(CLI::App& app) {
@@ -58,7 +67,7 @@ void add_saliency(CLI::App& app) {
   sal->add_option("--low", fraction, "report the routed share of this lowest-saliency fraction")->capture_default_str();
   sal->add_option("-o,--out", out, "output prefix (default: CHECKPOINT_DIR/saliency_SOURCE -> .json, .svg)");
   sal->callback([] {
-    const auto r = write_saliency(ckpt, calib.source, calib.batch, calib.layerwise, out);
+    const auto r = write_saliency(ckpt, calib.parsed(), calib.batch, calib.layerwise, out);
     print_saliency(r.layers, fraction);
     if (calib.layerwise)
       std::cout << fmt::format("layer-by-layer: peak RSS {} for a {} model.safetensors (largest block {})\n",
@@ -91,7 +100,7 @@ void add_surgery(CLI::App& app) {
   um->add_flag("--one-sided", so.one_sided, "perturb only the clones (the paper's ablation)");
   um->add_flag("--prune-only", so.prune_only, "write the pruned model with fewer experts (REAP's own use)");
   um->callback([] {
-    auto r = run_umoe(ckpt, calib.source, so, out, calib.batch, calib.layerwise);
+    auto r = run_umoe(ckpt, calib.parsed(), so, out, calib.batch, calib.layerwise);
     for (size_t i = 0; i < r.surgery.layers.size(); ++i) {
       const auto& l = r.surgery.layers[i];
       std::cout << fmt::format("layer {}: pruned {} ({:.1f} % of routed pairs); {} {}\n", l.layer,

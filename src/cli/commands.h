@@ -31,5 +31,7 @@ void register_serve_commands(CLI::App& app);     // serve (HTTP)
 void register_dist_commands(CLI::App& app);      // launch (data parallel)
 
 void add_set_option(CLI::App* cmd, std::vector<std::string>& sets);
+// --dtype f32|bf16: the dtype a command that only runs a model holds its weights in (model/weight_dtype.h)
+void add_weight_dtype_option(CLI::App* cmd, std::string& dtype);
 
 }  // namespace mf::cli

@@ -3,12 +3,14 @@
 #include "io/hf/hf_dir.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/init.h"
 #include "core/util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/weight_source.h"
+#include "model/weight_dtype.h"
 
 namespace mf {
 
@@ -47,7 +49,18 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& fil
   auto params = module.named_parameters();
   auto buffers = module.named_buffers();
   for (auto* set : {&params, &buffers})
-    for (auto& p : *set) file.read_into(prefix + p.key(), p.value());
+    for (auto& p : *set) {
+      const auto name = prefix + p.key();
+      if (p.value().scalar_type() != at::kBFloat16) {
+        file.read_into(name, p.value());
+        continue;
+      }
+      const auto stored = file.read(name);
+      if (stored.sizes() != p.value().sizes())
+        throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", name,
+                                      c10::str(stored.sizes()), c10::str(p.value().sizes())));
+      p.value().copy_(stored);
+    }
   for (auto& name : file.names()) {
     if (name.rfind(prefix, 0) != 0) continue;
     const auto local = name.substr(prefix.size());
@@ -88,31 +101,37 @@ static Config checkpoint_config_of(const std::string& path, const std::string& t
   return cfg;
 }
 
-LoadedModel load_model_or_shape(const std::string& source) {
-  if (source.size() <= 5 || source.substr(source.size() - 5) != ".toml") return load_model(source);
+LoadedModel load_model_or_shape(const std::string& source, at::ScalarType weights) {
+  if (source.size() <= 5 || source.substr(source.size() - 5) != ".toml") return load_model(source, weights);
   LoadedModel l;
   l.cfg = load_config(source);
   l.cfg.model.vocab_size = l.cfg.data.vocab_size;
   l.tokenizer = tokenizer_in(l.cfg.data.dir);
   l.model = TransformerLM(l.cfg.model);
   l.model->init_weights(static_cast<uint64_t>(l.cfg.train.seed));
+  hold_weights(*l.model, weights);
   return l;
 }
 
 namespace {
 // The model uninitialised (every tensor is loaded next): seconds saved per billion parameters.
-TransformerLM shaped_model(const ModelConfig& c) {
+TransformerLM shaped_model(const ModelConfig& c, at::ScalarType weights) {
   const ShapesOnly shapes;
-  return TransformerLM(c);
+  TransformerLM model(c);
+  const auto held = hold_weights(*model, weights, /*values=*/false);
+  if (held.tensors > 0)
+    spdlog::info("weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method tensors)",
+                 static_cast<double>(held.parameters) * 1e-9, c10::toString(weights), static_cast<double>(held.kept) * 1e-6);
+  return model;
 }
 }  // namespace
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, at::ScalarType weights) {
   LoadedModel l;
   l.cfg = checkpoint_config_of(path, "lm");
   if (hf::is_hf_dir(path)) {  // a Hugging Face directory, converted in memory as `import` does
     const hf::HfDir hf(path);
-    l.model = shaped_model(l.cfg.model);
+    l.model = shaped_model(l.cfg.model, weights);
     std::vector<std::string> used;
     torch::NoGradGuard g;
     for (auto& [name, t] : model_tensors(*l.model)) t.copy_(hf.ours(name, t.sizes(), used));
@@ -121,7 +140,7 @@ LoadedModel load_model(const std::string& path) {
     return l;
   }
   const auto dir = checkpoint_dir(path);
-  l.model = shaped_model(l.cfg.model);
+  l.model = shaped_model(l.cfg.model, weights);
   load_module_tensors(*l.model, SafetensorsShards(dir, "model"), "");  // streamed: one copy in memory
   l.tokenizer = model_tokenizer(dir);
   return l;

@@ -17,7 +17,8 @@ NamedTensors model_tensors(const torch::nn::Module& model);
 void load_model_tensors(torch::nn::Module& model, const SafetensorsData& st);
 
 // The same from a streamed file, every name prefixed by `prefix` (e.g. "model.layers.3."): one
-// tensor in memory at a time; a tensor under `prefix` the module lacks is an error.
+// tensor in memory at a time; a tensor under `prefix` the module lacks is an error. A parameter
+// the module holds in bf16 is rounded to it from the stored float32.
 void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& file, const std::string& prefix);
 
 // The config a checkpoint was trained with (from its model.safetensors metadata). Keys that
@@ -33,8 +34,9 @@ struct LoadedModel {
   std::string tokenizer;
 };
 // A checkpoint directory, its model.safetensors, or a run directory (its latest checkpoint).
-// A language model; an image classifier checkpoint is an error that says so.
-LoadedModel load_model(const std::string& path);
+// A language model; an image classifier checkpoint is an error that says so. `weights` kBFloat16
+// holds the large matrices in bf16 (model/weight_dtype.h), each rounded as it is read.
+LoadedModel load_model(const std::string& path, at::ScalarType weights = at::kFloat);
 
 // model.safetensors metadata of a checkpoint at step 0 with config `cfg` (import, a converted Hugging
 // Face directory, a benchmark's scratch model): moeforge.config, .step, .vocab_size, .architecture.
@@ -46,8 +48,8 @@ SafetensorsData model_weights(const std::string& path);
 
 // For benchmarks: a TOML config gives a randomly initialised model of that shape (seed
 // train.seed, vocabulary data.vocab_size) with the tokenizer of its data.dir ("" when the corpus
-// is not prepared); anything else is load_model(source).
-LoadedModel load_model_or_shape(const std::string& source);
+// is not prepared); anything else is load_model(source). `weights` as in load_model.
+LoadedModel load_model_or_shape(const std::string& source, at::ScalarType weights = at::kFloat);
 
 struct LoadedClassifier {
   Config cfg;

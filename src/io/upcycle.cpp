@@ -11,6 +11,11 @@
 #include "io/checkpoint.h"
 #include "io/hf/hf_dir.h"
 #include "io/model_io.h"
+#include "io/safetensors.h"
+#include "io/weight_source.h"
+#include "model/params.h"
+#include "core/init.h"
+#include "core/param_roles.h"
 
 namespace mf {
 namespace {
@@ -21,33 +26,25 @@ std::string join(const std::vector<int64_t>& v) {
   return s;
 }
 
-// the model of `cfg`'s task, initialised by role from `seed`
-std::shared_ptr<torch::nn::Module> build_model(const Config& cfg, uint64_t seed) {
-  if (cfg.model.task == "classify") {
-    VisionTransformer m(cfg.model);
-    m->init_weights(seed);
-    return m.ptr();
-  }
-  TransformerLM m(cfg.model);
-  m->init_weights(seed);
-  return m.ptr();
+// The upcycled model without values (ShapesOnly): its parameters' and buffers' names, shapes and roles.
+std::shared_ptr<torch::nn::Module> shaped_upcycled(const ModelConfig& c) {
+  const ShapesOnly shapes;
+  if (c.task == "classify") return VisionTransformer(c).ptr();
+  return TransformerLM(c).ptr();
 }
 
-// The dense FFN tensors of block `layer` as expert tensors: gate_up_proj [F|2F, D], down_proj
-// [D, F] and (GELU) their biases, keyed by the expert tensor's local name.
-std::map<std::string, at::Tensor> dense_as_expert(const SafetensorsData& st, const std::string& mlp, bool gelu) {
-  auto get = [&](const std::string& local) {
-    auto it = st.tensors.find(mlp + local);
-    if (it == st.tensors.end()) throw FormatError(fmt::format("the dense checkpoint has no tensor '{}{}'", mlp, local));
-    return it->second;
-  };
-  if (gelu)
-    return {{"gate_up_proj", get("fc1.weight")},
-            {"down_proj", get("fc2.weight")},
-            {"gate_up_proj_bias", get("fc1.bias")},
-            {"down_proj_bias", get("fc2.bias")}};
-  return {{"gate_up_proj", at::cat({get("gate_proj.weight"), get("up_proj.weight")})},
-          {"down_proj", get("down_proj.weight")}};
+// Expert tensor `local` of an upcycled block made of its dense FFN tensors (under `mlp`, read by
+// `read`): SwiGLU gate_up_proj [2F, D] = gate rows then up rows, down_proj [D, F]; GELU fc1 / fc2
+// and their biases.
+at::Tensor dense_as_expert(const std::function<at::Tensor(const std::string&)>& read, const std::string& mlp,
+                           const std::string& local, bool gelu) {
+  static const std::map<std::string, std::string> gelu_parts = {{"gate_up_proj", "fc1.weight"},
+                                                                {"down_proj", "fc2.weight"},
+                                                                {"gate_up_proj_bias", "fc1.bias"},
+                                                                {"down_proj_bias", "fc2.bias"}};
+  if (gelu) return read(mlp + gelu_parts.at(local));
+  if (local == "gate_up_proj") return at::cat({read(mlp + "gate_proj.weight"), read(mlp + "up_proj.weight")});
+  return read(mlp + "down_proj.weight");
 }
 
 std::map<std::string, UpcyclePreset>& presets() {
@@ -116,63 +113,98 @@ Config upcycled_config(const Config& dense, const UpcycleOptions& opt) {
   return c;
 }
 
-UpcycleReport upcycle(const std::string& in, const std::string& out, const UpcycleOptions& opt) {
-  const auto weights = model_weights(in);  // a Hugging Face directory's under our names
-  const auto from = hf::is_hf_dir(in) ? in : checkpoint_dir(in);
-  const Config dense = checkpoint_config(in);
-  UpcycleReport r;
-  r.config = upcycled_config(dense, opt);
-  auto model = build_model(r.config, opt.seed);
-  const bool gelu = dense.model.ffn == "gelu";
-  const std::string blocks = dense.model.task == "classify" ? "layers." : "model.layers.";
-  std::set<std::string> dense_ffn_tensors;
-  std::map<std::string, std::map<std::string, at::Tensor>> experts;  // "<blocks>L.mlp.experts." -> local -> tensor
-  for (auto l : opt.layers) {
-    const auto mlp = fmt::format("{}{}.mlp.", blocks, l);
-    experts[mlp + "experts."] = dense_as_expert(weights, mlp, gelu);
-    for (auto& [name, t] : weights.tensors)
-      if (name.rfind(mlp, 0) == 0) dense_ffn_tensors.insert(name);
-  }
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed + 1);
+namespace {
+
+// The upcycled model written tensor by tensor in named_parameters() order, then its buffers: every
+// parameter first gets init_by_role's draw (the generator replayed tensor by tensor, seed
+// opt.seed), then the dense tensor of the same name, or for an upcycled block's experts E copies
+// of its dense FFN (plus noise from a generator seeded opt.seed + 1, expert by expert), routers
+// keeping the draw. Peak memory: one tensor (an upcycled block's expert bank).
+void write_upcycled(const WeightSource& src, const UpcycleOptions& opt, UpcycleReport& r, const std::string& path,
+                    const Metadata& meta) {
+  const auto model = shaped_upcycled(r.config.model);
+  const auto roles = collect_param_roles(*model);
+  const auto params = model->named_parameters(), buffers = model->named_buffers();
+  std::vector<TensorSpec> specs;
+  for (const auto* set : {&params, &buffers})
+    for (const auto& p : *set) specs.push_back({p.key(), at::kFloat, p.value().sizes().vec()});
+  std::map<std::string, TensorSpec> stored;
+  for (const auto& spec : src.specs) stored.emplace(spec.name, spec);
+  const auto read = [&](const std::string& name) {
+    auto it = stored.find(name);
+    if (it == stored.end()) throw FormatError(fmt::format("the dense checkpoint has no tensor '{}'", name));
+    return src.read(it->second).to(at::kFloat);
+  };
+  const bool gelu = src.config.model.ffn == "gelu";
+  const std::string blocks = src.config.model.task == "classify" ? "layers." : "model.layers.";
+  std::map<std::string, std::string> banks;  // "<blocks>L.mlp.experts." -> the dense FFN's "<blocks>L.mlp."
+  for (auto l : opt.layers) banks[fmt::format("{}{}.mlp.experts.", blocks, l)] = fmt::format("{}{}.mlp.", blocks, l);
+  auto init = at::make_generator<at::CPUGeneratorImpl>(opt.seed);
+  auto noise = at::make_generator<at::CPUGeneratorImpl>(opt.seed + 1);
+  SafetensorsWriter w(path, specs, meta);
   torch::NoGradGuard no_grad;
-  for (auto& p : model->named_parameters()) {
-    auto& t = p.value();
+  for (const auto& p : params) {
     const auto& name = p.key();
-    bool done = false;
-    for (auto& [prefix, parts] : experts) {
-      if (name.rfind(prefix, 0) != 0) continue;
-      const auto& src = parts.at(name.substr(prefix.size()));
+    auto t = at::empty(p.value().sizes(), at::kFloat);
+    const auto role = roles.at(name);
+    if (role == ParamRole::Scale) t.copy_(p.value());  // init_by_role keeps a scale's constructed value
+    init_parameter(t, role, init, r.config.model);
+    const auto bank = std::find_if(banks.begin(), banks.end(), [&](auto& b) { return name.rfind(b.first, 0) == 0; });
+    if (bank != banks.end()) {
+      const auto dense = dense_as_expert(read, bank->second, name.substr(bank->first.size()), gelu);
       for (int64_t e = 0; e < t.size(0); ++e) {
-        auto copy = src.to(t.dtype()).clone();
-        if (opt.noise > 0 && src.dim() == 2)
-          copy += opt.noise * src.std().item<double>() * at::empty_like(copy).normal_(0, 1, gen);
+        auto copy = dense.clone();
+        if (opt.noise > 0 && dense.dim() == 2)
+          copy += opt.noise * dense.std().item<double>() * at::empty_like(copy).normal_(0, 1, noise);
         t[e].copy_(copy);
       }
       ++r.converted;
-      done = true;
+    } else if (name.find(".mlp.gate.") == std::string::npos) {  // routers keep their initialisation
+      auto it = stored.find(name);
+      if (it == stored.end() || at::IntArrayRef(it->second.shape) != t.sizes())
+        throw FormatError(fmt::format("upcycle: tensor '{}' of the upcycled model has no counterpart of shape {} in '{}'",
+                                      name, c10::str(t.sizes()), src.dir));
+      t = read(name);
+      ++r.copied;
     }
-    if (done || name.find(".mlp.gate.") != std::string::npos) continue;  // routers keep their initialisation
-    auto it = weights.tensors.find(name);
-    if (it == weights.tensors.end() || it->second.sizes() != t.sizes())
-      throw FormatError(fmt::format("upcycle: tensor '{}' of the upcycled model has no counterpart of shape {} in '{}'",
-                                    name, c10::str(t.sizes()), from));
-    t.copy_(it->second);
-    ++r.copied;
+    w.write(t);
   }
-  for (auto& b : model->named_buffers()) {  // e.g. a selection bias: kept from the dense model when it had one
-    auto it = weights.tensors.find(b.key());
-    if (it != weights.tensors.end() && it->second.sizes() == b.value().sizes()) b.value().copy_(it->second);
+  for (const auto& b : buffers) {  // e.g. a selection bias: kept from the dense model when it had one
+    auto it = stored.find(b.key());
+    const bool kept = it != stored.end() && at::IntArrayRef(it->second.shape) == b.value().sizes();
+    w.write(kept ? read(b.key()) : b.value().to(at::kFloat));
   }
-  Metadata meta = weights.metadata;
+  w.finish();
+}
+
+}  // namespace
+
+UpcycleReport upcycle(const std::string& in, const std::string& out, const UpcycleOptions& opt) {
+  const auto src = open_weights(in);  // a Hugging Face directory's tensors under our names
+  UpcycleReport r;
+  r.config = upcycled_config(src.config, opt);
+  Metadata meta = src.metadata;
   meta["moeforge.config"] = to_toml(r.config);
   meta["moeforge.step"] = "0";
-  meta["moeforge.upcycled_from"] = from;
-  const auto tokenizer = model_tokenizer(in);
-  write_checkpoint(out, {model_tensors(*model),
-                         {},
-                         meta,
-                         {{"step", 0}, {"upcycled_from", from}},
-                         std::filesystem::exists(tokenizer) ? tokenizer : ""});
+  meta["moeforge.upcycled_from"] = src.dir;
+  CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"upcycled_from", src.dir}}, src.tokenizer};
+  contents.write_model = [&](const std::string& path) { write_upcycled(src, opt, r, path, meta); };
+  // a Hugging Face directory in: the MoE architecture of the same family out (Mixtral for LLaMA,
+  // as arch_for picks it), in the input's dtype, through a checkpoint of ours
+  const bool hf_out = !src.hf_type.empty();
+  const auto checkpoint_out = hf_out ? out + ".checkpoint-tmp" : out;
+  write_checkpoint(checkpoint_out, contents);
+  if (hf_out) {
+    hf::ExportOptions e;
+    e.dtype = src.stored;
+    try {
+      r.hf_arch = hf::export_hf(checkpoint_out, out, e).arch;
+    } catch (...) {
+      std::filesystem::remove_all(checkpoint_out);
+      throw;
+    }
+    std::filesystem::remove_all(checkpoint_out);
+  }
   return r;
 }
 

@@ -40,9 +40,13 @@ Config upcycled_config(const Config& dense, const UpcycleOptions& opt);
 struct UpcycleReport {
   Config config;
   int64_t copied = 0, converted = 0;  // tensors copied as they are; dense FFN tensors turned into experts
+  std::string hf_arch;                // the Hugging Face architecture written ("" = our checkpoint)
 };
 
-// Reads the dense checkpoint at `in` (a checkpoint or run directory) and writes the upcycled one to `out`.
+// Reads the dense model at `in` (a checkpoint, run or Hugging Face directory) tensor by tensor and
+// writes the upcycled one to `out`: our checkpoint, or for a Hugging Face input a Hugging Face
+// directory of the MoE architecture of its family, in its dtype (the export refuses by name what
+// that architecture cannot hold). Peak memory: about one upcycled block's expert bank.
 UpcycleReport upcycle(const std::string& in, const std::string& out, const UpcycleOptions& opt);
 
 }  // namespace mf

@@ -1,5 +1,7 @@
 #include "model/fused_loss.h"
 
+#include "core/bf16.h"
+
 namespace mf {
 namespace {
 
@@ -19,7 +21,7 @@ struct FusedLinearCrossEntropy : torch::autograd::Function<FusedLinearCrossEntro
       const int64_t n = std::min(chunk, T - n0);
       const auto h_tD = h_TD.narrow(0, n0, n);
       const auto target_t = t_T.narrow(0, n0, n);
-      auto z_tV = h_tD.matmul(w_VD.t());
+      auto z_tV = project(h_tD, w_VD);
       const auto lse_t = z_tV.logsumexp(1, /*keepdim=*/true);
       loss += (lse_t.squeeze(1) - z_tV.gather(1, target_t.unsqueeze(1)).squeeze(1)).sum();
       if (!grad) continue;
@@ -50,9 +52,11 @@ torch::Tensor fused_lm_loss(const torch::Tensor& hidden_TD, const torch::Tensor&
   TORCH_CHECK(targets_T.dim() == 1 && targets_T.size(0) == hidden_TD.size(0), "fused_lm_loss: targets [T] expected");
   if (chunk <= 0) chunk = std::max<int64_t>(1, (int64_t{1} << 26) / head_VD.size(0));  // 256 MB of logits
   auto h = hidden_TD, w = head_VD;
-  if (h.scalar_type() != torch::kFloat64) h = h.to(torch::kFloat32), w = w.to(torch::kFloat32);
+  if (h.scalar_type() != torch::kFloat64) h = h.to(torch::kFloat32);
   // gradients are computed in the forward pass only when a backward can follow (not under no_grad)
   const bool grad = torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad());
+  // a head held in bf16 is read as it is by project() (no float32 copy of it) unless a gradient needs it
+  if (grad || w.scalar_type() != at::kBFloat16) w = w.to(h.scalar_type());
   return FusedLinearCrossEntropy::apply(h, w, targets_T, chunk, grad);
 }
 

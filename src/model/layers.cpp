@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include "core/bf16.h"
+
 #include "model/moe_ffn.h"
 #include "model/small_attention.h"
 
@@ -66,14 +68,14 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& rope, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
   const int64_t start = cache ? cache->length() : 0;
-  auto q = q_proj->forward(x), k = k_proj->forward(x);
+  auto q = project(x, q_proj->weight, q_proj->bias), k = project(x, k_proj->weight, k_proj->bias);
   if (q_norm && !norm_per_head) q = q_norm->forward(q), k = k_norm->forward(k);
   q = q.view({B, T, n_heads, head_dim});
   k = k.view({B, T, n_kv_heads, head_dim});
   if (q_norm && norm_per_head) q = q_norm->forward(q), k = k_norm->forward(k);
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  auto v = v_proj->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  auto v = project(x, v_proj->weight, v_proj->bias).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
   q = rope.apply(q, start);
   k = rope.apply(k, start);
   if (cache) {
@@ -102,7 +104,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& ro
     out = torch::matmul(torch::softmax(scores, -1), v);
   }
   out = out.transpose(1, 2).reshape({B, T, n_heads * head_dim});
-  return o_proj->forward(out);
+  return project(out, o_proj->weight, o_proj->bias);
 }
 
 SwiGLU::SwiGLU(int64_t d, int64_t hidden) {
@@ -113,7 +115,7 @@ SwiGLU::SwiGLU(int64_t d, int64_t hidden) {
 }
 
 torch::Tensor SwiGLU::forward(const torch::Tensor& x, AuxLosses&) {
-  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return project(torch::silu(project(x, gate_proj->weight)) * project(x, up_proj->weight), down_proj->weight);
 }
 
 GeluMLP::GeluMLP(int64_t d, int64_t hidden) {
@@ -122,7 +124,7 @@ GeluMLP::GeluMLP(int64_t d, int64_t hidden) {
 }
 
 torch::Tensor GeluMLP::forward(const torch::Tensor& x, AuxLosses&) {
-  return fc2->forward(torch::gelu(fc1->forward(x)));
+  return project(torch::gelu(project(x, fc1->weight, fc1->bias)), fc2->weight, fc2->bias);
 }
 
 namespace {

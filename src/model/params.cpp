@@ -43,29 +43,30 @@ at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen) {
   return (rows ? q.t() : q).to(w.dtype()).contiguous();
 }
 
-void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) {
-  const double init_std = c.init_std;
-  const double out_std = c.init_std / (c.scale_out_init ? std::sqrt(2.0 * c.n_layers) : 1.0);
+void init_parameter(at::Tensor& t, ParamRole role, at::Generator& gen, const ModelConfig& c) {
   torch::NoGradGuard no_grad;
+  switch (role) {
+    case ParamRole::Gain: t.fill_(1.0); break;
+    case ParamRole::Bias: t.zero_(); break;
+    case ParamRole::Output:
+      t.normal_(0.0, c.init_std / (c.scale_out_init ? std::sqrt(2.0 * c.n_layers) : 1.0), gen);
+      break;
+    case ParamRole::Orthonormal: t.copy_(orthonormal_like(t, gen)); break;
+    case ParamRole::FanInUniform: {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(-1)));
+      t.uniform_(-bound, bound, gen);
+      break;
+    }
+    case ParamRole::UnitNormal: t.normal_(0.0, 1.0, gen); break;
+    case ParamRole::Scale: break;
+    default: t.normal_(0.0, c.init_std, gen);
+  }
+}
+
+void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto roles = collect_param_roles(root);
-  for (auto& p : root.named_parameters()) {
-    auto& t = p.value();
-    switch (roles.at(p.key())) {
-      case ParamRole::Gain: t.fill_(1.0); break;
-      case ParamRole::Bias: t.zero_(); break;
-      case ParamRole::Output: t.normal_(0.0, out_std, gen); break;
-      case ParamRole::Orthonormal: t.copy_(orthonormal_like(t, gen)); break;
-      case ParamRole::FanInUniform: {
-        const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(-1)));
-        t.uniform_(-bound, bound, gen);
-        break;
-      }
-      case ParamRole::UnitNormal: t.normal_(0.0, 1.0, gen); break;
-      case ParamRole::Scale: break;
-      default: t.normal_(0.0, init_std, gen);
-    }
-  }
+  for (auto& p : root.named_parameters()) init_parameter(p.value(), roles.at(p.key()), gen, c);
 }
 
 double approx_parameters(const ModelConfig& m) {

@@ -30,6 +30,9 @@ at::Tensor orthonormal_like(const at::Tensor& w, at::Generator gen);
 // model.scale_out_init, ones for gains, zeros for biases; in the order of named_parameters(),
 // from one generator seeded with `seed`.
 void init_by_role(torch::nn::Module& root, uint64_t seed, const ModelConfig& c);
+// One parameter's step of init_by_role (`gen` as it stands after the parameters before it): what
+// a streamed writer replays tensor by tensor to give the same values without the whole model.
+void init_parameter(at::Tensor& t, ParamRole role, at::Generator& gen, const ModelConfig& c);
 
 // An estimate from the config alone (embeddings, attention, the FFN or the MoE experts, SwiGLU or
 // GELU with biases, router and shared expert, dense blocks beside MoE ones; a method's own modules are not counted):

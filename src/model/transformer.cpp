@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/bf16.h"
 #include "core/init.h"
 #include "model/moe_ffn.h"
 
@@ -49,7 +50,7 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& c)
 torch::Tensor TransformerLMImpl::trunk(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
                                        std::vector<torch::Tensor>* block_outputs) {
   if (caches && caches->empty()) caches->resize(model->blocks.size());
-  auto x = model->embed_tokens->forward(tokens);
+  auto x = embed_rows(tokens, model->embed_tokens->weight);
   for (size_t i = 0; i < model->blocks.size(); ++i) {
     x = model->blocks[i]->forward(x, rope_, caches ? &(*caches)[i] : nullptr, aux);
     if (block_outputs) block_outputs->push_back(x);
@@ -59,7 +60,7 @@ torch::Tensor TransformerLMImpl::trunk(const torch::Tensor& tokens, AuxLosses& a
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, AuxLosses& aux, std::vector<LayerCache>* caches,
                                          std::vector<torch::Tensor>* block_outputs) {
-  return torch::nn::functional::linear(trunk(tokens, aux, caches, block_outputs), head_weight());
+  return project(trunk(tokens, aux, caches, block_outputs), head_weight());
 }
 
 torch::Tensor TransformerLMImpl::hidden(const torch::Tensor& tokens, AuxLosses& aux) { return trunk(tokens, aux); }

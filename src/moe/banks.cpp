@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/bf16.h"
 #include "core/init.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
@@ -39,10 +40,10 @@ at::Tensor ExpertBank::forward_block(int64_t e, int64_t b, int64_t blocks, const
     auto gate = t.narrow(0, b * M, M);
     return swiglu ? torch::cat({gate, t.narrow(0, F + b * M, M)}) : gate;
   };
-  auto h = torch::matmul(rows, block_rows(gate_up_proj[e]).t());  // [n, 2M] or [n, M]
+  auto h = project(rows, block_rows(gate_up_proj[e]));  // [n, 2M] or [n, M]
   if (gate_up_proj_bias.defined()) h = h + block_rows(gate_up_proj_bias[e]);
   auto act = swiglu ? torch::silu(h.narrow(1, 0, M)) * h.narrow(1, M, M) : torch::gelu(h);
-  return torch::matmul(act, down_proj[e].narrow(1, b * M, M).t());  // [n, D]
+  return project(act, down_proj[e].narrow(1, b * M, M));  // [n, D]
 }
 
 at::Tensor ExpertBank::forward_unit(int64_t e, const at::Tensor& rows) {

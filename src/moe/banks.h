@@ -59,8 +59,9 @@ class ExpertBank : public UnitBank, public DeclaresParamRoles {
   Activation activation() const { return activation_; }
   ParamRoleList param_roles() const override;
   int64_t parameter_count() const;
-  // the inference kernel's packed copy of the weights (moe/fused_units.h), kept while they do not change
-  UnitPack* unit_pack() const override { return pack_.get(); }
+  // the inference kernel's packed copy of the weights (moe/fused_units.h), kept while they do not change;
+  // none for weights held in bf16 (model/weight_dtype.h): a float32 pack would undo the saving
+  UnitPack* unit_pack() const override { return gate_up_proj.scalar_type() == at::kFloat ? pack_.get() : nullptr; }
 
   at::Tensor gate_up_proj, down_proj;            // gate_up_E2FD (or _EFD for GELU), down_EDF
   at::Tensor gate_up_proj_bias, down_proj_bias;  // [E, 2F|F], [E, D]; undefined without biases

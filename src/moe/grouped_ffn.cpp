@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/bf16.h"
 #include "core/runtime.h"
 #include "moe/combine.h"
 #include "moe/fused_units.h"
@@ -99,13 +100,13 @@ struct Units {
   void forward(size_t u, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
                const at::Tensor& b2, at::Tensor h, at::Tensor a, at::Tensor y) const {
     const int64_t e = static_cast<int64_t>(u) / blocks, b = static_cast<int64_t>(u) % blocks;
-    at::mm_out(h, x, w1(gate_up[e], b).t());
+    project_into(h, x, w1(gate_up[e], b));
     if (b1.numel()) h.add_(w1(b1[e], b));
     if (swiglu)
       at::mul_out(a, at::silu(h.narrow(1, 0, M)), h.narrow(1, M, M));
     else
       at::gelu_out(a, h);
-    at::mm_out(y, a, w2(down[e], b).t());
+    project_into(y, a, w2(down[e], b));
     if (b2.numel()) y.add_(b2[e]);
   }
 };

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/peer.h"
 #include "core/timing.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
+#include "model/weight_dtype.h"
 #include "moe/dispatch.h"
 #include "serve/generate.h"
 #include "serve/llama_bench.h"
@@ -25,9 +27,13 @@ double copy_bandwidth_gbs() {
 }  // namespace
 
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
-                                   const std::vector<int64_t>& batches) {
+                                   const std::vector<int64_t>& batches, const std::vector<std::string>& weights) {
   GenerateBenchResult r;
-  auto loaded = load_model_or_shape(source);
+  std::vector<std::string> order;  // float32 first: holding in bf16 rounds the weights
+  for (const auto* w : {"f32", "bf16"})
+    if (std::find(weights.begin(), weights.end(), w) != weights.end()) order.push_back(w);
+  if (order.empty()) throw ConfigError("bench generate --dtype: give f32, bf16 or both");
+  auto loaded = load_model_or_shape(source, parse_weight_dtype(order.front()));
   r.config = loaded.cfg;
   auto model = loaded.model;
   const auto counts = model->param_counts();
@@ -36,26 +42,29 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
   r.bound_tokens_per_s = r.bandwidth_gbs * 1e9 / r.weight_bytes_per_step;
   if (const auto moe = moe_layers(model->feed_forwards()); !moe.empty()) {
     torch::NoGradGuard g;
-    const auto x = torch::empty({1, r.config.model.d_model}, model->parameters().front().options());
+    const auto x = torch::empty({1, r.config.model.d_model}, torch::kFloat);  // activations stay float32
     r.units_path = to_string(units_path(x, *moe.front()->experts));
   }
   SamplingOptions o;
   o.temperature = 0;  // greedy: no sampling cost, every row runs to the end
   o.max_tokens = new_tokens;
-  for (int64_t batch : batches) {
-    std::vector<std::vector<int>> prompts;
-    for (int64_t b = 0; b < batch; ++b) {
-      prompts.emplace_back();
-      for (int64_t t = 0; t < prompt_len; ++t)
-        prompts.back().push_back(static_cast<int>((7 * t + 13 * b + 1) % r.config.model.vocab_size));
+  for (const auto& held : order) {
+    hold_weights(*model, parse_weight_dtype(held));
+    for (int64_t batch : batches) {
+      std::vector<std::vector<int>> prompts;
+      for (int64_t b = 0; b < batch; ++b) {
+        prompts.emplace_back();
+        for (int64_t t = 0; t < prompt_len; ++t)
+          prompts.back().push_back(static_cast<int>((7 * t + 13 * b + 1) % r.config.model.vocab_size));
+      }
+      generate_batch(model, prompts, o);  // warm-up
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto out = generate_batch(model, prompts, o);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      int64_t produced = 0;
+      for (auto& row : out) produced += static_cast<int64_t>(row.size());
+      r.rows.push_back({batch, held, static_cast<double>(produced) / s});
     }
-    generate_batch(model, prompts, o);  // warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto out = generate_batch(model, prompts, o);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int64_t produced = 0;
-    for (auto& row : out) produced += static_cast<int64_t>(row.size());
-    r.rows.push_back({batch, static_cast<double>(produced) / s});
   }
   return r;
 }
@@ -73,11 +82,13 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                                   m.moe.expert_hidden, m.vocab_size, prompt_len, new_tokens, threads),
                       false);
   GenerateBenchReport out{ResultTable({{"batch", "batch", "", -6},
+                                       {"weights", "weights", "", -8},
                                        {"tokens_per_s", "ours tokens/s", "{:.1f}", 16},
                                        {"pytorch_tokens_per_s", "PyTorch tokens/s", "{:.1f}", 18},
                                        {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16},
                                        {"llama_f32", "llama.cpp f32", "{:.1f}", 14},
                                        {"vs_llama_f32", "ours vs f32", "{:.2f}x", 12},
+                                       {"llama_f16", "llama.cpp f16", "{:.1f}", 14},
                                        {"llama_q8_0", "llama.cpp q8_0", "{:.1f}", 15}}),
                           {{"source", source},
                            {"weight_bytes_per_step", r.weight_bytes_per_step},
@@ -88,14 +99,16 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                            {"llama_cpp", llama_cpp_decode(source, llama, prompt_len, new_tokens, threads)}},
                           ""};
   for (const auto& row : r.rows) {
-    const auto key = fmt::format("batch{}_tokens_per_s", row.batch);
-    nlohmann::json cells = {{"batch", row.batch}, {"tokens_per_s", row.tokens_per_s}};
-    if (theirs.contains(key) && theirs[key].get<double>() > 0)
-      cells["pytorch_tokens_per_s"] = theirs[key], cells["vs_pytorch"] = row.tokens_per_s / theirs[key].get<double>();
+    const auto key = fmt::format("batch{}{}_tokens_per_s", row.batch, row.weights == "f32" ? "" : "_" + row.weights);
+    nlohmann::json cells = {{"batch", row.batch}, {"weights", row.weights}, {"tokens_per_s", row.tokens_per_s}};
+    const auto peer_key = fmt::format("batch{}_tokens_per_s", row.batch);  // PyTorch's float32
+    if (theirs.contains(peer_key) && theirs[peer_key].get<double>() > 0)
+      cells["pytorch_tokens_per_s"] = theirs[peer_key],
+      cells["vs_pytorch"] = row.tokens_per_s / theirs[peer_key].get<double>();
     const auto& ll = out.json["llama_cpp"];
     if (row.batch == 1 && ll.contains("f32"))
       cells["llama_f32"] = ll["f32"], cells["vs_llama_f32"] = row.tokens_per_s / ll["f32"].get<double>(),
-      cells["llama_q8_0"] = ll["q8_0"];
+      cells["llama_f16"] = ll["f16"], cells["llama_q8_0"] = ll["q8_0"];
     out.table.add(cells);
     out.json["moeforge"][key] = row.tokens_per_s;
   }
@@ -110,8 +123,8 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
         threads, ll["f32"].get<double>(), ll["f32_threads"].get<int>(), ll["f16"].get<double>(),
         ll["f16_threads"].get<int>(), ll["q8_0"].get<double>(), ll["q8_0_threads"].get<int>());
   out.note += fmt::format(
-      "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s; "
-      "{} prompt + {} new tokens, greedy, {} threads\n",
+      "bandwidth bound at batch 1: {:.1f} MB of active weights per step at {:.1f} GB/s = {:.0f} tokens/s (bf16: "
+      "about twice that); {} prompt + {} new tokens, greedy, {} threads\n",
       r.weight_bytes_per_step / 1e6, r.bandwidth_gbs, r.bound_tokens_per_s, prompt_len, new_tokens, threads);
   return out;
 }

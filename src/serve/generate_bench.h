@@ -14,21 +14,24 @@ namespace mf {
 
 struct GenerateBenchRow {
   int64_t batch = 0;
+  std::string weights = "f32";  // the dtype the weights were held in (model/weight_dtype.h)
   double tokens_per_s = 0;  // generated tokens (all rows) per second, prefill included
 };
 
 struct GenerateBenchResult {
   Config config;
   std::vector<GenerateBenchRow> rows;
-  double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32
+  double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32 (bf16: half)
   double bandwidth_gbs = 0;          // large-copy bandwidth, read + write
   double bound_tokens_per_s = 0;     // batch 1: bandwidth / weight bytes per step
   std::string units_path;            // how the MoE layers ran their experts (moe/dispatch.h); "" = no MoE layer
 };
 
-// `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint.
+// `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint; each batch
+// size with the weights held in each of `weights` ("f32", "bf16"; float32 runs first).
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
-                                   const std::vector<int64_t>& batches);
+                                   const std::vector<int64_t>& batches,
+                                   const std::vector<std::string>& weights = {"f32", "bf16"});
 
 // r beside the same model decoded in PyTorch (`peer`, bench/peers/generate.py; "" skips it) and in
 // llama.cpp at batch 1 (`llama`, tests/llama/llama_peer.mjs; "" skips it): the table, its JSON and

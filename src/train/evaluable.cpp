@@ -22,7 +22,8 @@ void require_finite(const torch::nn::Module& model, const std::string& checkpoin
 }
 }  // namespace
 
-Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const std::string& data_dir, int64_t seq_len) {
+Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const std::string& data_dir, int64_t seq_len,
+                         at::ScalarType weights) {
   Evaluable e;
   e.cfg = checkpoint_config(checkpoint);
   if (e.cfg.model.task == "classify") {
@@ -39,7 +40,7 @@ Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const s
     };
     return e;
   }
-  const auto l = load_model(checkpoint);
+  const auto l = load_model(checkpoint, weights);
   auto model = l.model;
   require_finite(*model, checkpoint);
   e.ffns = model->feed_forwards();

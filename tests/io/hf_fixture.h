@@ -16,12 +16,11 @@
 
 #include "data/tokenizer.h"
 
+#include "test_support.h"
+
 namespace mf::hf_fixture {
 
-inline std::string source_dir() {
-  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
-  return s ? s : ".";
-}
+using test::source_dir;
 
 // The message of what `f` throws; "" when it throws nothing.
 inline std::string error_of(const std::function<void()>& f) {

@@ -18,17 +18,13 @@
 #include "io/hf/hf_dir.h"
 #include "io/hf_fixture.h"
 #include "io/model_io.h"
+#include "io/upcycle.h"
 #include "model/moe_ffn.h"
 
 using namespace mf;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string source_dir() {
-  const char* s = std::getenv("MOEFORGE_SOURCE_DIR");
-  return s ? s : ".";
-}
 
 // Writes the reference's tiny model of `arch` into a fresh directory of this test (ctest runs
 // tests in parallel processes) and returns it.
@@ -39,7 +35,7 @@ std::string reference_model(const std::string& arch, const std::string& dtype, i
           .string();
   fs::remove_all(dir);
   const auto cmd = fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --arch {} --dtype {} --shards {} --out {}",
-                               source_dir(), arch, dtype, shards, dir);
+                               hf_fixture::source_dir(), arch, dtype, shards, dir);
   if (std::system(cmd.c_str()) != 0)
     throw std::runtime_error("the Python reference failed (needs Debian's python3-torch; scripts/setup.sh): " + cmd);
   return dir;
@@ -296,4 +292,35 @@ TEST(SafetensorsWriter, StreamsTheSameBytesAndLeavesNothingWhenInterrupted) {
   }
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".partial"));
+}
+
+// upcycle streams a Hugging Face LLaMA directory into a Mixtral one in its dtype: the independent
+// reader accepts its names and shapes, and top-k experts that are all the dense FFN (weights
+// renormalised) compute the dense model's logits.
+TEST(HfUpcycle, LlamaInMixtralOut) {
+  const auto dir = hf_fixture::scratch("upcycle");
+  const auto in = hf_fixture::tiny_model(dir / "llama", "llama", {"attention_bias=false"}, "--dtype bf16");
+  UpcycleOptions o;
+  o.layers = {0, 1};
+  o.experts = 3;
+  o.sets = {"model.moe.renormalize=true"};
+  const auto r = upcycle(in, (dir / "moe").string(), o);
+  EXPECT_EQ(r.hf_arch, "mixtral");
+  const auto config = read_json_file((dir / "moe/config.json").string());
+  EXPECT_EQ(config["model_type"], "mixtral");
+  EXPECT_EQ(config["num_local_experts"], 3);
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+  EXPECT_FALSE(fs::exists((dir / "moe.checkpoint-tmp")));
+  const auto check =
+      fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --check {}", hf_fixture::source_dir(), (dir / "moe").string());
+  ASSERT_EQ(std::system(check.c_str()), 0) << check;
+  const auto ids = torch::randint(0, 64, {1, 9}, torch::kLong);
+  auto logits = [&](const std::string& path) {
+    auto model = load_model(path).model;
+    model->eval();
+    torch::NoGradGuard g;
+    return model->forward(ids);
+  };
+  const auto want = logits(in);
+  EXPECT_LT((logits((dir / "moe").string()) - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
 }

@@ -1,4 +1,5 @@
 // safetensors round trip and rejection of damaged files; checkpoint directories.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -406,6 +407,55 @@ TEST(Upcycle, UniFExpertsAreTheDenseFfnAndRouterIsOrthonormal) {
   auto spread = moe[0]->experts->gate_up_proj[1].std().item<double>();
   EXPECT_NEAR(diff / spread, 0.01 * std::sqrt(2.0), 0.005);
   for (auto d : {dir, dir + "_unif", dir + "_noisy"}) fs::remove_all(d);
+}
+
+// The streamed upcycle (tensor by tensor) equals the in-memory recipe bit for bit: the upcycled
+// model built and initialised by role from the seed, every dense tensor copied, each upcycled
+// block's bank E copies of its dense FFN plus noise drawn expert by expert from seed + 1.
+TEST(Upcycle, StreamedEqualsTheInMemoryRecipeBitForBit) {
+  for (std::string ffn : {"gelu", "swiglu"}) {
+    auto cfg = tiny_dense("lm", ffn);
+    TransformerLM dense_model(cfg.model);
+    const auto dir = dense_checkpoint(cfg, dense_model, "stream" + ffn);
+    UpcycleOptions o;
+    o.layers = {1, 2};
+    o.experts = 3;
+    o.noise = 0.02;
+    o.seed = 5;
+    const auto r = upcycle(dir, dir + "_s", o);
+    const auto dense = read_checkpoint(dir).model.tensors;
+    TransformerLM want(r.config.model);
+    want->init_weights(o.seed);
+    auto noise = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
+    torch::NoGradGuard g;
+    for (auto& p : want->named_parameters()) {
+      const auto& name = p.key();
+      const auto bank = name.find(".mlp.experts.");
+      if (bank != std::string::npos) {
+        const auto mlp = name.substr(0, bank + 5), local = name.substr(bank + 13);
+        const std::map<std::string, at::Tensor> parts =
+            ffn == "gelu" ? std::map<std::string, at::Tensor>{{"gate_up_proj", dense.at(mlp + "fc1.weight")},
+                                                              {"down_proj", dense.at(mlp + "fc2.weight")},
+                                                              {"gate_up_proj_bias", dense.at(mlp + "fc1.bias")},
+                                                              {"down_proj_bias", dense.at(mlp + "fc2.bias")}}
+                          : std::map<std::string, at::Tensor>{
+                                {"gate_up_proj", at::cat({dense.at(mlp + "gate_proj.weight"), dense.at(mlp + "up_proj.weight")})},
+                                {"down_proj", dense.at(mlp + "down_proj.weight")}};
+        const auto& src = parts.at(local);
+        for (int64_t e = 0; e < o.experts; ++e) {
+          auto copy = src.clone();
+          if (src.dim() == 2) copy += o.noise * src.std().item<double>() * at::empty_like(copy).normal_(0, 1, noise);
+          p.value()[e].copy_(copy);
+        }
+      } else if (name.find(".mlp.gate.") == std::string::npos) {
+        p.value().copy_(dense.at(name));
+      }
+    }
+    const auto got = read_checkpoint(dir + "_s").model.tensors;
+    for (auto& [name, t] : model_tensors(*want)) EXPECT_TRUE(got.at(name).equal(t)) << ffn << ": " << name;
+    EXPECT_EQ(got.size(), model_tensors(*want).size());
+    fs::remove_all(dir), fs::remove_all(dir + "_s");
+  }
 }
 
 TEST(Upcycle, RefusesWhatItCannotConvert) {

@@ -15,6 +15,9 @@ struct CalibrationSource {
   int64_t samples = 256;  // windows
   int64_t seq_len = 0;    // 0 = train.seq_len
   std::string data_dir;   // prepared corpus (default: the config's data.dir)
+  // the dtype the model's weights are held in for the calibration pass (model/weight_dtype.h;
+  // the in-memory pass: --layerwise holds one float32 block at a time)
+  at::ScalarType weights = at::kFloat;
 };
 
 // `samples` windows [N, L] spread evenly over the source's tokens (no randomness). Throws

@@ -22,8 +22,13 @@ std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, co
   check_reap_model(cfg.model);
   const auto tokenizer = model_tokenizer(checkpoint);
   const auto windows = calibration_windows(calib, cfg, tokenizer);
-  if (layerwise) return layerwise_saliency(checkpoint, windows, batch, peak);
-  auto l = load_model(checkpoint);
+  if (layerwise) {
+    if (calib.weights != at::kFloat)
+      throw ConfigError("--dtype bf16 holds the whole model in bf16; --layerwise holds one float32 block at a time: "
+                        "choose one");
+    return layerwise_saliency(checkpoint, windows, batch, peak);
+  }
+  auto l = load_model(checkpoint, calib.weights);
   auto s = model_saliency(*l.model, windows, batch);
   if (peak) peak->peak_rss_bytes = peak_rss_bytes();
   return s;

@@ -1,0 +1,166 @@
+#include "core/bf16.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "core/simd.h"
+
+namespace mf {
+namespace {
+
+// The row kernel over GCC vectors of W floats: a tile of RM rows of x by RN rows of w keeps
+// RM x RN accumulators (the dot products' partial sums, one lane per k mod W), RN widened weight
+// vectors and one x vector in registers: 16 + 4 + 1 of AVX-512's 32 zmm (RM = 4), 8 + 4 + 1 of
+// AVX2's or SSE's 16 (RM = 2).
+template <int W>
+struct Bf16Lanes {
+  typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
+  typedef uint16_t Half __attribute__((vector_size(W * sizeof(uint16_t)), aligned(2), may_alias));
+  typedef uint32_t Bits __attribute__((vector_size(W * sizeof(uint32_t))));
+};
+
+MF_ALWAYS_INLINE float bf16_value(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// W bf16 numbers from p as float32: each one's bits moved to the top half of a 32-bit lane
+template <int W>
+MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec widen_lanes(const uint16_t* p) {
+  using L = Bf16Lanes<W>;
+  const typename L::Bits bits = __builtin_convertvector(*reinterpret_cast<const typename L::Half*>(p), typename L::Bits)
+                                << 16;
+  return reinterpret_cast<const typename L::Vec&>(bits);
+}
+
+template <int W, int RM, int RN>
+MF_ALWAYS_INLINE void bf16_tile(const float* x, int64_t ldx, int64_t K, const uint16_t* w, int64_t ldw, float* y,
+                                int64_t ldy) {
+  using Vec = typename Bf16Lanes<W>::Vec;
+  Vec acc[RM][RN];
+  for (int m = 0; m < RM; ++m)
+    for (int n = 0; n < RN; ++n) acc[m][n] = Vec{};
+  int64_t k = 0;
+  for (; k + W <= K; k += W) {
+    Vec wk[RN];
+    for (int n = 0; n < RN; ++n) wk[n] = widen_lanes<W>(w + n * ldw + k);
+    for (int m = 0; m < RM; ++m) {
+      const Vec xk = *reinterpret_cast<const Vec*>(x + m * ldx + k);
+      for (int n = 0; n < RN; ++n) acc[m][n] += xk * wk[n];
+    }
+  }
+  for (int m = 0; m < RM; ++m)
+    for (int n = 0; n < RN; ++n) {
+      float s = 0;
+      for (int i = 0; i < W; ++i) s += acc[m][n][i];
+      for (int64_t j = k; j < K; ++j) s += x[m * ldx + j] * bf16_value(w[n * ldw + j]);
+      y[m * ldy + n] = s;
+    }
+}
+
+// rows [n0, n1) of w against every row of x: tiles of RN weight rows, RM x rows at a time
+template <int W, int RM>
+MF_ALWAYS_INLINE void bf16_rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
+                                     int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  constexpr int RN = 4;
+  int64_t n = n0;
+  for (; n + RN <= n1; n += RN) {
+    int64_t m = 0;
+    for (; m + RM <= M; m += RM) bf16_tile<W, RM, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+    for (; m < M; ++m) bf16_tile<W, 1, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+  }
+  for (; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) bf16_tile<W, 1, 1>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+}
+
+#define MF_BF16_ROWS_PARAMS                                                                                          \
+  (const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0, int64_t n1, float* y, \
+   int64_t ldy)
+#define MF_BF16_ROWS_ARGS (x, ldx, M, K, w, ldw, n0, n1, y, ldy)
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void bf16_rows_avx512 MF_BF16_ROWS_PARAMS {
+  bf16_rows_body<16, 4> MF_BF16_ROWS_ARGS;
+}
+__attribute__((target("avx2,fma"))) void bf16_rows_avx2 MF_BF16_ROWS_PARAMS { bf16_rows_body<8, 2> MF_BF16_ROWS_ARGS; }
+#endif
+void bf16_rows_base MF_BF16_ROWS_PARAMS { bf16_rows_body<4, 2> MF_BF16_ROWS_ARGS; }
+
+void bf16_rows_range MF_BF16_ROWS_PARAMS {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (simd_level()) {
+    case SimdLevel::Avx512: return bf16_rows_avx512 MF_BF16_ROWS_ARGS;
+    case SimdLevel::Avx2: return bf16_rows_avx2 MF_BF16_ROWS_ARGS;
+    default: break;
+  }
+#endif
+  bf16_rows_base MF_BF16_ROWS_ARGS;
+}
+#undef MF_BF16_ROWS_ARGS
+#undef MF_BF16_ROWS_PARAMS
+
+// our kernel can take it: float32 x and a bf16 w with contiguous rows, on the CPU, no autograd
+bool bf16_kernel_applies(const at::Tensor& x, const at::Tensor& w) {
+  const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  return w.scalar_type() == at::kBFloat16 && x.scalar_type() == at::kFloat && x.is_cpu() && w.is_cpu() &&
+         w.dim() == 2 && w.stride(1) == 1 && !grad;
+}
+
+// out = x w^T with w widened to float32 in panels of 16 MB: the GEMM does the work
+void bf16_panels(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
+  const int64_t N = w.size(0), K = w.size(1);
+  const int64_t rows = std::max<int64_t>(64, (int64_t{1} << 22) / std::max<int64_t>(K, 1));
+  for (int64_t n0 = 0; n0 < N; n0 += rows) {
+    const int64_t n = std::min(rows, N - n0);
+    auto dst = out.narrow(1, n0, n);
+    at::mm_out(dst, x, w.narrow(0, n0, n).to(at::kFloat).t());
+  }
+}
+
+}  // namespace
+
+void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t N, float* y,
+               int64_t ldy) {
+  const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(K, 1) / 4 * 4);
+  at::parallel_for(0, N, grain,
+                   [&](int64_t n0, int64_t n1) { bf16_rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
+}
+
+void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
+  if (!bf16_kernel_applies(x, w)) {
+    at::mm_out(out, x, widened(w, x.scalar_type()).t());
+    return;
+  }
+  TORCH_CHECK(x.dim() == 2 && out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == w.size(0) &&
+                  x.size(1) == w.size(1) && out.stride(1) == 1 && out.scalar_type() == at::kFloat,
+              "project_into: x ", x.sizes(), ", w ", w.sizes(), " and out ", out.sizes(), " do not fit");
+  if (x.size(0) > kBf16KernelRows) return bf16_panels(out, x, w);
+  const auto xr = x.stride(1) == 1 ? x : x.contiguous();
+  bf16_rows(xr.data_ptr<float>(), xr.stride(0), xr.size(0), xr.size(1),
+            reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), w.stride(0), w.size(0),
+            out.data_ptr<float>(), out.stride(0));
+}
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (!bf16_kernel_applies(x, w)) return at::linear(x, widened(w, x.scalar_type()), b);
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  const auto x_MK = x.reshape({-1, x.size(-1)});
+  auto y_MN = at::empty({x_MK.size(0), w.size(0)}, x.options());
+  project_into(y_MN, x_MK, w);
+  if (b.defined()) y_MN.add_(b);
+  return y_MN.view(sizes);
+}
+
+at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& table) {
+  auto rows = at::embedding(table, ids);
+  return table.scalar_type() == at::kBFloat16 ? rows.to(at::kFloat) : rows;
+}
+
+at::Tensor widened(const at::Tensor& w, at::ScalarType dtype) {
+  return w.scalar_type() == dtype || w.scalar_type() != at::kBFloat16 ? w : w.to(dtype);
+}
+
+}  // namespace mf

@@ -1,0 +1,94 @@
+// The bf16-weight kernel (core/bf16.h): by hand, and against float64 math on the same rounded
+// weights at shapes that reach every tile and tail, on the SIMD level this run has (ctest also
+// runs these capped at MOEFORGE_SIMD=base and avx2) and on one and two threads.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/bf16.h"
+
+using namespace mf;
+
+namespace {
+// max |a - b| / max |b|
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() /
+         b.to(at::kDouble).abs().max().item<double>();
+}
+
+// max |y - x w^T| over max (|x| |w|^T), the scale float32 sums of K products err on: at most about K u
+// (u = 2^-24) in any summation order
+double sum_error(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w) {
+  const auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
+  return (y.to(at::kDouble) - at::mm(x64, w64.t())).abs().max().item<double>() /
+         at::mm(x64.abs(), w64.abs().t()).max().item<double>();
+}
+}  // namespace
+
+TEST(Bf16, RowsByHand) {
+  // bf16 bit patterns: 0x3F80 = 1, 0xC000 = -2, 0x3F00 = 0.5, 0x4040 = 3, 0x3FC0 = 1.5 (the top halves of float32's)
+  const uint16_t w[2][5] = {{0x3F80, 0xC000, 0x3F00, 0x4040, 0x3FC0}, {0x4040, 0x3F80, 0x3F80, 0x3F80, 0x3F80}};
+  const float x[5] = {1, 2, 3, 4, 2};
+  float y[2] = {0, 0};
+  bf16_rows(x, 5, 1, 5, &w[0][0], 5, 2, y, 2);
+  EXPECT_FLOAT_EQ(y[0], 1 - 4 + 1.5f + 12 + 3);  // 13.5
+  EXPECT_FLOAT_EQ(y[1], 3 + 2 + 3 + 4 + 2);      // 14
+  // the same through project(), weights given as a bf16 tensor
+  auto w_NK = torch::tensor({1.0, -2.0, 0.5, 3.0, 1.5, 3.0, 1.0, 1.0, 1.0, 1.0}).view({2, 5}).to(at::kBFloat16);
+  auto y_N = project(torch::tensor({1.0f, 2.0f, 3.0f, 4.0f, 2.0f}), w_NK, torch::tensor({0.5f, -1.0f}));
+  EXPECT_FLOAT_EQ(y_N[0].item<float>(), 14.0f);
+  EXPECT_FLOAT_EQ(y_N[1].item<float>(), 13.0f);
+}
+
+TEST(Bf16, ProjectEqualsFloat64MathOnTheRoundedWeights) {
+  torch::manual_seed(3);
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    // M: one row, whole and partial row tiles, the largest the row kernel takes, the panel path above it;
+    // K: below, at and between vector widths (the scalar tail); N: whole and partial tiles of 4 weight rows
+    for (int64_t M : {1, 2, 3, 5, 8, 9, 40})
+      for (int64_t K : {1, 7, 16, 37, 100})
+        for (int64_t N : {1, 3, 4, 9, 130}) {
+          const auto what = fmt::format("M={} K={} N={} threads={}", M, K, N, threads);
+          auto x = torch::randn({M, K});
+          auto w = torch::randn({N, K}).to(at::kBFloat16);
+          auto b = torch::randn({N});
+          const double bound = static_cast<double>(K + 1) * std::ldexp(1.0, -24);
+          const auto y = project(x, w);
+          EXPECT_LT(sum_error(y, x, w), bound) << what;
+          EXPECT_TRUE(project(x, w, b).equal(y + b)) << what << ", bias";
+          // a weight whose rows are a slice of a wider matrix (an expert block's columns), into an output slice
+          auto wide = torch::randn({N, K + 5}).to(at::kBFloat16);
+          auto out = torch::full({M, N + 3}, 7.0f);
+          auto dst = out.narrow(1, 2, N);
+          project_into(dst, x, wide.narrow(1, 3, K));
+          EXPECT_LT(sum_error(dst, x, wide.narrow(1, 3, K)), bound) << what << ", strided";
+          EXPECT_TRUE(out.narrow(1, 0, 2).eq(7).all().item<bool>()) << what << ": wrote outside its slice";
+        }
+  }
+  at::set_num_threads(1);
+}
+
+TEST(Bf16, OtherDtypesAndAutogradWidenTheWeight) {
+  torch::manual_seed(4);
+  auto w = torch::randn({6, 10}).to(at::kBFloat16);
+  auto x64 = torch::randn({3, 10}, torch::kFloat64);
+  EXPECT_LT(rel_error(project(x64, w), at::mm(x64, w.to(at::kDouble).t())), 1e-14);
+  auto x = torch::randn({2, 4, 10}, torch::requires_grad());
+  auto y = project(x, w);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 4, 6}));
+  y.sum().backward();  // through the widened weight
+  EXPECT_LT(rel_error(x.grad(), w.to(at::kFloat).sum(0).expand({2, 4, 10})), 1e-6);
+  // float32 weights: LibTorch's linear, unchanged
+  auto w32 = torch::randn({6, 10});
+  EXPECT_TRUE(project(x.detach(), w32).equal(at::linear(x.detach(), w32)));
+}
+
+TEST(Bf16, EmbedRowsWidensTheRows) {
+  auto table = torch::randn({11, 5}).to(at::kBFloat16);
+  auto ids = torch::tensor({{3, 0}, {10, 3}}, torch::kLong);
+  auto rows = embed_rows(ids, table);
+  EXPECT_EQ(rows.scalar_type(), at::kFloat);
+  EXPECT_TRUE(rows.equal(table.to(at::kFloat).index_select(0, ids.flatten()).view({2, 2, 5})));
+}
