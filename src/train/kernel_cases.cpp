@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "core/bf16.h"
 #include "core/timing.h"
 #include "model/small_attention.h"
 #include "moe/banks.h"
@@ -202,11 +203,28 @@ KernelCase adamw_case(CaseSize size, at::ScalarType dtype) {
 
 }  // namespace
 
+// y = x W^T with W held in bf16 (core/bf16.h) against LibTorch's linear on the float32 copy of the
+// same rounded weights: decode rows (the row kernel) and more rows than it takes (widened panels
+// into the GEMM). In the float64 table ours widens W to float64: the float32 table tests the kernel.
+KernelCase bf16_case(CaseSize size, at::ScalarType dtype, int64_t M) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t K = perf ? 2048 : 37, N = perf ? 6144 : 21;
+  auto x = input({M, K}, dtype);
+  auto w = input({N, K}, at::kFloat).to(at::kBFloat16);
+  KernelCase c{fmt::format("linear, bf16 weights ({}{})", M <= kBf16KernelRows ? "row kernel" : "panels", M == 1 ? ", one row" : ""),
+               fmt::format("M={} K={} N={}", M, K, N), 2.0 * M * K * N, 1e-5};
+  c.ours = [=] { return Outputs{project(x, w)}; };
+  c.reference = [=, w32 = w.to(dtype)] { return Outputs{at::linear(x, w32)}; };
+  return c;
+}
+
 std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   torch::manual_seed(0);
   return {combine_case(size, dtype),         gather_case(size, dtype),          grouped_case(size, dtype),
           units_case(size, dtype, 1, false), units_case(size, dtype, 8, false), units_case(size, dtype, 1, true),
-          units_case(size, dtype, 8, true),  attention_case(size, dtype),       adamw_case(size, dtype)};
+          units_case(size, dtype, 8, true),  attention_case(size, dtype),       adamw_case(size, dtype),
+          bf16_case(size, dtype, 1),
+          bf16_case(size, dtype, size == CaseSize::Perf ? 16 : 7), bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 19)};
 }
 
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
