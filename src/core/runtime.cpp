@@ -34,6 +34,11 @@ void streaming_allocator() {
   g_allocator_tuned = false;
 }
 
+StreamingAllocatorScope::StreamingAllocatorScope() : tuned_(g_allocator_tuned) { streaming_allocator(); }
+StreamingAllocatorScope::~StreamingAllocatorScope() {
+  if (tuned_) tune_allocator();
+}
+
 std::string openblas_coretype(bool avx512, bool avx2_fma) {
   if (avx512) return "SkylakeX";
   if (avx2_fma) return "Haswell";

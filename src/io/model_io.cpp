@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/bf16.h"
 #include "core/init.h"
+#include "core/runtime.h"
 #include "core/util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -59,7 +61,7 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& fil
       if (stored.sizes() != p.value().sizes())
         throw FormatError(fmt::format("tensor '{}' has shape {} in the checkpoint but {} in the model", name,
                                       c10::str(stored.sizes()), c10::str(p.value().sizes())));
-      p.value().copy_(stored);
+      copy_weights(p.value(), stored);
     }
   for (auto& name : file.names()) {
     if (name.rfind(prefix, 0) != 0) continue;
@@ -127,6 +129,7 @@ TransformerLM shaped_model(const ModelConfig& c, at::ScalarType weights) {
 }  // namespace
 
 LoadedModel load_model(const std::string& path, at::ScalarType weights) {
+  const StreamingAllocatorScope streaming;
   LoadedModel l;
   l.cfg = checkpoint_config_of(path, "lm");
   if (hf::is_hf_dir(path)) {  // a Hugging Face directory, converted in memory as `import` does
@@ -134,7 +137,8 @@ LoadedModel load_model(const std::string& path, at::ScalarType weights) {
     l.model = shaped_model(l.cfg.model, weights);
     std::vector<std::string> used;
     torch::NoGradGuard g;
-    for (auto& [name, t] : model_tensors(*l.model)) t.copy_(hf.ours(name, t.sizes(), used));
+    for (auto& [name, t] : model_tensors(*l.model))
+      copy_weights(t, hf.ours(name, t.sizes(), used, t.scalar_type() == at::kBFloat16));
     hf.check_all_read(used);
     l.tokenizer = model_tokenizer(path);
     return l;

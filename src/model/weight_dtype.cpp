@@ -1,5 +1,6 @@
 #include "model/weight_dtype.h"
 
+#include "core/bf16.h"
 #include "model/moe_ffn.h"
 
 namespace mf {
@@ -44,7 +45,9 @@ HeldWeights hold_weights(TransformerLMImpl& model, at::ScalarType dtype, bool va
   at::NoGradGuard no_grad;
   for (auto& w : bf16_capable(model)) {
     if (w.scalar_type() == dtype) continue;
-    w.set_data(values ? w.to(dtype) : at::empty(w.sizes(), w.options().dtype(dtype)));
+    auto held = at::empty(w.sizes(), w.options().dtype(dtype));
+    if (values) copy_weights(held, w.contiguous());
+    w.set_data(held);
     ++h.tensors;
     h.parameters += w.numel();
   }

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/bf16.h"
 
@@ -91,4 +92,26 @@ TEST(Bf16, EmbedRowsWidensTheRows) {
   auto rows = embed_rows(ids, table);
   EXPECT_EQ(rows.scalar_type(), at::kFloat);
   EXPECT_TRUE(rows.equal(table.to(at::kFloat).index_select(0, ids.flatten()).view({2, 2, 5})));
+}
+
+TEST(Bf16, CopyWeightsRoundsAsLibTorchDoesAndWidensBack) {
+  auto x = torch::randn({37, 53}) * 100;
+  // ties (exactly halfway between two bf16 numbers, even and odd below), infinities, NaN, denormals, -0
+  const std::vector<uint32_t> special = {0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F800000, 0xFF800000, 0x7FC00000,
+                                         0x7F800001, 0x00000001, 0x80000000, 0x7F7FFFFF, 0x00808000};
+  auto flat = x.view({-1});
+  for (size_t i = 0; i < special.size(); ++i) {
+    float f;
+    std::memcpy(&f, &special[i], sizeof f);
+    flat[static_cast<int64_t>(i * 97)] = f;
+  }
+  auto held = torch::empty({37, 53}, torch::kBFloat16);
+  copy_weights(held, x);
+  const auto want = x.to(at::kBFloat16);
+  // bit for bit (NaN: a NaN)
+  const auto a = held.view(at::kShort), b = want.view(at::kShort);
+  EXPECT_TRUE((a == b).logical_or(held.isnan().logical_and(want.isnan())).all().item<bool>());
+  EXPECT_TRUE(widened(held, at::kFloat).equal(held.to(at::kFloat)) || widened(held, at::kFloat).isnan().any().item<bool>());
+  auto finite = held.masked_fill(held.isnan(), 0);
+  EXPECT_TRUE(widened(finite, at::kFloat).equal(finite.to(at::kFloat)));
 }

@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 
+#include "core/bf16.h"
 #include "core/init.h"
 #include "core/util.h"
 #include "data/tokenizer.h"
@@ -69,14 +70,16 @@ at::Tensor HfDir::read(const std::string& name) const { return tensors_->read(na
 
 const SafetensorsHeader::Entry& HfDir::entry(const std::string& name) const { return tensors_->entry(name); }
 
-at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const {
+at::Tensor HfDir::ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used,
+                       bool keep_bf16) const {
   const auto weight = [&](const std::string& n) {
     auto t = read(n);
     if (!at::isFloatingType(t.scalar_type()))  // an integer label on a weight is a damaged file, not a conversion
       throw FormatError(
           fmt::format("{}: tensor '{}' is stored as {}, an integer dtype; a model weight must be F32, F16 or BF16",
                       dir_, n, c10::toString(t.scalar_type())));
-    return t.to(at::kFloat);
+    if (keep_bf16 && t.scalar_type() == at::kBFloat16) return t;
+    return widened(t, at::kFloat).to(at::kFloat);  // F16 and F32 by LibTorch, BF16 vectorised
   };
   return import_tensor(*arch_, name, shape, weight, used);
 }

@@ -25,7 +25,9 @@ class HfDir {
   std::vector<std::string> names() const;
   const SafetensorsHeader::Entry& entry(const std::string& name) const;  // dtype, shape
   // Our tensor `name` of `shape` in float32 from the stored tensors (import_tensor); adds what it read to `used`.
-  at::Tensor ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used) const;
+  // `keep_bf16`: tensors stored in BF16 stay BF16 (a model holding its weights in bf16 needs no float32 copy).
+  at::Tensor ours(const std::string& name, at::IntArrayRef shape, std::vector<std::string>& used,
+                  bool keep_bf16 = false) const;
   // FormatError naming a stored tensor not in `read` that the model has no place for.
   void check_all_read(const std::vector<std::string>& read) const;
 
