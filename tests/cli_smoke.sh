@@ -83,6 +83,12 @@ expect_ok '"parameters"' -- "$MF" info runs/smoke --json
 "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --seed 3 > g1.txt || fail "generate"
 "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --seed 3 > g2.txt
 cmp -s g1.txt g2.txt || fail "seeded generation is not reproducible"
+# weights held in bf16: the same command, half the memory; the loss moves by the weights' rounding only
+expect_ok "held in BFloat16" -- "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --dtype bf16
+f32=$("$MF" eval runs/smoke --windows 2 | awk '$1 == "mean" {print $2}')
+bf16=$("$MF" eval runs/smoke --windows 2 --dtype bf16 | awk '$1 == "mean" {print $2}')
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) < 0.01 else 1)" "$f32" "$bf16" ||
+  fail "eval --dtype bf16 gave mean loss $bf16, f32 $f32"
 
 # the HTTP server: greedy completion == generate, a JSON 400, graceful exit on SIGTERM
 "$MF" serve runs/smoke --port 0 > serve.out 2>&1 &
@@ -170,6 +176,8 @@ expect_exact_resume moe "${MOE[@]}"
 # UMoE: REAP saliency (whole model, layer by layer, a text file), surgery, domain fine-tune, errors
 expect_ok "lowest-saliency 50 %" -- "$MF" saliency runs/moe --calib technical --samples 4
 [ -s "$(ls -d runs/moe/checkpoints/step_* | tail -1)/saliency_technical.svg" ] || fail "saliency svg"
+expect_ok "lowest-saliency 50 %" -- "$MF" saliency runs/moe --calib technical --samples 4 --dtype bf16 -o sal_bf16
+expect_fail 2 "choose one" -- "$MF" saliency runs/moe --calib technical --samples 4 --dtype bf16 --layerwise
 # the run report: written by train, and for several runs; loaded in headless chromium (console
 # errors, every panel drawn, hover, sorting); the screenshot stays in the work dir as an artifact
 [ -s runs/moe/report.html ] || fail "train did not write runs/moe/report.html"
