@@ -31,10 +31,10 @@ void copy_weights(at::Tensor& dst, const at::Tensor& src);
 at::Tensor widened(const at::Tensor& w, at::ScalarType dtype);
 
 // Rows at most this many go through the row kernel; more rows widen w panel by panel into a
-// float32 GEMM (prompt processing, evaluation), where the GEMM's blocking wins. Measured (bench
-// kernels, K 2048, N 6144, 2 threads, AVX-512 EPYC): 1 row 1.3 ms (f32 linear 2.9), 8 rows 2.7 ms,
-// 16 rows about 5 ms either way, 64 rows panels 11.1 ms (f32 linear 10.4).
-inline constexpr int64_t kBf16KernelRows = 16;
+// float32 GEMM (prompt processing, evaluation). Measured (bench kernels, K 2048, N 6144, 2 threads,
+// AVX-512 EPYC; ms, row kernel / panels / float32 linear): 1 row 0.34 / 3.0 / 2.6, 16 rows 2.2 / 4.7 /
+// 4.0, 32 rows 3.5 / 7.1 / 5.6, 64 rows 6.5 / 10.9 / 9.2, 128 rows 15.3 / 19.2 / 17.8.
+inline constexpr int64_t kBf16KernelRows = 128;
 
 // The kernel: y[m * ldy + n] = sum_k x[m * ldx + k] float(w[n * ldw + k]) for m < M, n < N,
 // k < K; w holds bf16 bit patterns. Threads split n (at::parallel_for). Variants for AVX-512,

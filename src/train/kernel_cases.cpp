@@ -224,7 +224,7 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           units_case(size, dtype, 1, false), units_case(size, dtype, 8, false), units_case(size, dtype, 1, true),
           units_case(size, dtype, 8, true),  attention_case(size, dtype),       adamw_case(size, dtype),
           bf16_case(size, dtype, 1),
-          bf16_case(size, dtype, size == CaseSize::Perf ? 16 : 7), bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 19)};
+          bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 7), bf16_case(size, dtype, size == CaseSize::Perf ? 256 : 131)};
 }
 
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
