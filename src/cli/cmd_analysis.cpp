@@ -9,11 +9,11 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
-#include "model/weight_dtype.h"
 #include "methods/intb/intb.h"
 #include "methods/intb/probe.h"
 #include "methods/unif/diagnostics.h"
 #include "methods/unipool/probe.h"
+#include "model/weight_dtype.h"
 
 namespace mf::cli {
 

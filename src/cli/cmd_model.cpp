@@ -131,7 +131,8 @@ void run_eval(const EvalOptions& o) {
     std::cout << fmt::format("wrote logits [{}, {}] to {}\n", logits.size(0), logits.size(1), o.dump_path);
     return;
   }
-  const auto losses = open_evaluable(o.ckpt, o.windows, o.data_dir, o.seq_len, parse_weight_dtype(o.dtype)).evaluate(o.split, {});
+  const auto losses =
+      open_evaluable(o.ckpt, o.windows, o.data_dir, o.seq_len, parse_weight_dtype(o.dtype)).evaluate(o.split, {});
   std::cout << fmt::format("{:<12} {:>9} {:>11} {:>9}\n", "domain", "loss", "perplexity", "tokens");
   for (auto& d : losses)
     std::cout << fmt::format("{:<12} {:>9.4f} {:>11.2f} {:>9}\n", d.domain, d.loss, std::exp(d.loss), d.tokens);
@@ -259,9 +260,8 @@ void add_upcycle(CLI::App& app) {
     auto& uo = o->options;
     uo.layers = parse_block_list(o->layers, "upcycle --layers");
     auto r = upcycle(o->in, o->out, uo);
-    std::cout << fmt::format("wrote {}{}: {} dense FFN tensors became experts, {} tensors copied as they are\n",
-                             o->out, r.hf_arch.empty() ? "" : " (Hugging Face " + r.hf_arch + ")", r.converted,
-                             r.copied);
+    std::cout << fmt::format("wrote {}{}: {} dense FFN tensors became experts, {} tensors copied as they are\n", o->out,
+                             r.hf_arch.empty() ? "" : " (Hugging Face " + r.hf_arch + ")", r.converted, r.copied);
     std::cout << fmt::format("model.moe.layers = \"{}\", {} experts, method {}; run name \"{}\"\n",
                              r.config.model.moe.layers, uo.experts, uo.method, r.config.run.name);
     std::cout << fmt::format("fine-tune: moeforge train --init-from {} [--set train.steps=N]\n", o->out);

@@ -66,8 +66,7 @@ void add_generate_bench(CLI::App* bench) {
   gen->callback([gen_t] {
     set_compute_threads(gen_t->threads);
     const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}, gen_weights),
-                                              gen_source,
-                                              gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads);
+                                              gen_source, gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads);
     std::cout << report.table.text() << report.note;
     if (!gen_json.empty()) write_file_atomic(gen_json, report.json.dump(2) + "\n");
   });

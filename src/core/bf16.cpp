@@ -153,9 +153,9 @@ void bf16_widen_range MF_BF16_WIDEN_PARAMS {
 #undef MF_BF16_WIDEN_ARGS
 #undef MF_BF16_WIDEN_PARAMS
 
-#define MF_BF16_ROWS_PARAMS                                                                                          \
-  (const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0, int64_t n1, float* y, \
-   int64_t ldy)
+#define MF_BF16_ROWS_PARAMS                                                                                   \
+  (const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0, int64_t n1, \
+   float* y, int64_t ldy)
 #define MF_BF16_ROWS_ARGS (x, ldx, M, K, w, ldw, n0, n1, y, ldy)
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void bf16_rows_avx512 MF_BF16_ROWS_PARAMS {
@@ -207,8 +207,7 @@ void bf16_panels(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
 void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t N, float* y,
                int64_t ldy) {
   const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(K, 1) / 4 * 4);
-  at::parallel_for(0, N, grain,
-                   [&](int64_t n0, int64_t n1) { bf16_rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
+  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { bf16_rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
 }
 
 void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {

@@ -122,8 +122,9 @@ TransformerLM shaped_model(const ModelConfig& c, at::ScalarType weights) {
   TransformerLM model(c);
   const auto held = hold_weights(*model, weights, /*values=*/false);
   if (held.tensors > 0)
-    spdlog::info("weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method tensors)",
-                 static_cast<double>(held.parameters) * 1e-9, c10::toString(weights), static_cast<double>(held.kept) * 1e-6);
+    spdlog::info(
+        "weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method tensors)",
+        static_cast<double>(held.parameters) * 1e-9, c10::toString(weights), static_cast<double>(held.kept) * 1e-6);
   return model;
 }
 }  // namespace

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <set>
 
+#include "core/init.h"
+#include "core/param_roles.h"
 #include "core/util.h"
 #include "io/checkpoint.h"
 #include "io/hf/hf_dir.h"
@@ -14,8 +16,6 @@
 #include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "model/params.h"
-#include "core/init.h"
-#include "core/param_roles.h"
 
 namespace mf {
 namespace {
@@ -162,8 +162,9 @@ void write_upcycled(const WeightSource& src, const UpcycleOptions& opt, UpcycleR
     } else if (name.find(".mlp.gate.") == std::string::npos) {  // routers keep their initialisation
       auto it = stored.find(name);
       if (it == stored.end() || at::IntArrayRef(it->second.shape) != t.sizes())
-        throw FormatError(fmt::format("upcycle: tensor '{}' of the upcycled model has no counterpart of shape {} in '{}'",
-                                      name, c10::str(t.sizes()), src.dir));
+        throw FormatError(
+            fmt::format("upcycle: tensor '{}' of the upcycled model has no counterpart of shape {} in '{}'", name,
+                        c10::str(t.sizes()), src.dir));
       t = read(name);
       ++r.copied;
     }
@@ -189,22 +190,8 @@ UpcycleReport upcycle(const std::string& in, const std::string& out, const Upcyc
   meta["moeforge.upcycled_from"] = src.dir;
   CheckpointContents contents{{}, {}, meta, {{"step", 0}, {"upcycled_from", src.dir}}, src.tokenizer};
   contents.write_model = [&](const std::string& path) { write_upcycled(src, opt, r, path, meta); };
-  // a Hugging Face directory in: the MoE architecture of the same family out (Mixtral for LLaMA,
-  // as arch_for picks it), in the input's dtype, through a checkpoint of ours
-  const bool hf_out = !src.hf_type.empty();
-  const auto checkpoint_out = hf_out ? out + ".checkpoint-tmp" : out;
-  write_checkpoint(checkpoint_out, contents);
-  if (hf_out) {
-    hf::ExportOptions e;
-    e.dtype = src.stored;
-    try {
-      r.hf_arch = hf::export_hf(checkpoint_out, out, e).arch;
-    } catch (...) {
-      std::filesystem::remove_all(checkpoint_out);
-      throw;
-    }
-    std::filesystem::remove_all(checkpoint_out);
-  }
+  // a Hugging Face directory in: the MoE architecture of its family out (Mixtral for LLaMA), in its dtype
+  r.hf_arch = write_like_source(src, contents, out, "");
   return r;
 }
 

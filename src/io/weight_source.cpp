@@ -44,6 +44,27 @@ WeightSource open_weights(const std::string& path) {
   return s;
 }
 
+std::string write_like_source(const WeightSource& src, const CheckpointContents& contents, const std::string& out,
+                              const std::string& arch) {
+  if (src.hf_type.empty()) {
+    write_checkpoint(out, contents);
+    return "";
+  }
+  const auto checkpoint = out + ".checkpoint-tmp";
+  write_checkpoint(checkpoint, contents);
+  hf::ExportOptions e;
+  e.arch = arch;
+  e.dtype = src.stored;
+  try {
+    const auto written = hf::export_hf(checkpoint, out, e).arch;
+    std::filesystem::remove_all(checkpoint);
+    return written;
+  } catch (...) {
+    std::filesystem::remove_all(checkpoint);
+    throw;
+  }
+}
+
 void load_module(torch::nn::Module& module, const WeightSource& src, const std::string& prefix) {
   torch::NoGradGuard g;
   auto params = module.named_parameters();

@@ -27,6 +27,13 @@ struct WeightSource {
 };
 WeightSource open_weights(const std::string& path);
 
+struct CheckpointContents;
+// Writes `contents` as a checkpoint at `out`, or when `src` is a Hugging Face directory as a Hugging
+// Face directory in its dtype (architecture `arch`, "" = by the model's flags), through a checkpoint
+// beside `out` that is removed after (and on failure). Returns the architecture ("" = a checkpoint).
+std::string write_like_source(const WeightSource& src, const CheckpointContents& contents, const std::string& out,
+                              const std::string& arch);
+
 // Copies the source's tensors "<prefix><name>" into `module`'s parameters and buffers (one at a
 // time); a tensor under `prefix` the module lacks is a FormatError naming it.
 void load_module(torch::nn::Module& module, const WeightSource& src, const std::string& prefix);

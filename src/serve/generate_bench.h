@@ -15,7 +15,7 @@ namespace mf {
 struct GenerateBenchRow {
   int64_t batch = 0;
   std::string weights = "f32";  // the dtype the weights were held in (model/weight_dtype.h)
-  double tokens_per_s = 0;  // generated tokens (all rows) per second, prefill included
+  double tokens_per_s = 0;      // generated tokens (all rows) per second, prefill included
 };
 
 struct GenerateBenchResult {

@@ -211,7 +211,8 @@ KernelCase bf16_case(CaseSize size, at::ScalarType dtype, int64_t M) {
   const int64_t K = perf ? 2048 : 37, N = perf ? 6144 : 21;
   auto x = input({M, K}, dtype);
   auto w = input({N, K}, at::kFloat).to(at::kBFloat16);
-  KernelCase c{fmt::format("linear, bf16 weights ({}{})", M <= kBf16KernelRows ? "row kernel" : "panels", M == 1 ? ", one row" : ""),
+  KernelCase c{fmt::format("linear, bf16 weights ({}{})", M <= kBf16KernelRows ? "row kernel" : "panels",
+                           M == 1 ? ", one row" : ""),
                fmt::format("M={} K={} N={}", M, K, N), 2.0 * M * K * N, 1e-5};
   c.ours = [=] { return Outputs{project(x, w)}; };
   c.reference = [=, w32 = w.to(dtype)] { return Outputs{at::linear(x, w32)}; };
@@ -220,11 +221,18 @@ KernelCase bf16_case(CaseSize size, at::ScalarType dtype, int64_t M) {
 
 std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   torch::manual_seed(0);
-  return {combine_case(size, dtype),         gather_case(size, dtype),          grouped_case(size, dtype),
-          units_case(size, dtype, 1, false), units_case(size, dtype, 8, false), units_case(size, dtype, 1, true),
-          units_case(size, dtype, 8, true),  attention_case(size, dtype),       adamw_case(size, dtype),
+  return {combine_case(size, dtype),
+          gather_case(size, dtype),
+          grouped_case(size, dtype),
+          units_case(size, dtype, 1, false),
+          units_case(size, dtype, 8, false),
+          units_case(size, dtype, 1, true),
+          units_case(size, dtype, 8, true),
+          attention_case(size, dtype),
+          adamw_case(size, dtype),
           bf16_case(size, dtype, 1),
-          bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 7), bf16_case(size, dtype, size == CaseSize::Perf ? 256 : 131)};
+          bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 7),
+          bf16_case(size, dtype, size == CaseSize::Perf ? 256 : 131)};
 }
 
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {

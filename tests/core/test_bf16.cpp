@@ -111,7 +111,8 @@ TEST(Bf16, CopyWeightsRoundsAsLibTorchDoesAndWidensBack) {
   // bit for bit (NaN: a NaN)
   const auto a = held.view(at::kShort), b = want.view(at::kShort);
   EXPECT_TRUE((a == b).logical_or(held.isnan().logical_and(want.isnan())).all().item<bool>());
-  EXPECT_TRUE(widened(held, at::kFloat).equal(held.to(at::kFloat)) || widened(held, at::kFloat).isnan().any().item<bool>());
+  EXPECT_TRUE(widened(held, at::kFloat).equal(held.to(at::kFloat)) ||
+              widened(held, at::kFloat).isnan().any().item<bool>());
   auto finite = held.masked_fill(held.isnan(), 0);
   EXPECT_TRUE(widened(finite, at::kFloat).equal(finite.to(at::kFloat)));
 }

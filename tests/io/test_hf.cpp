@@ -311,8 +311,8 @@ TEST(HfUpcycle, LlamaInMixtralOut) {
   EXPECT_EQ(config["num_local_experts"], 3);
   EXPECT_EQ(config["torch_dtype"], "bfloat16");
   EXPECT_FALSE(fs::exists((dir / "moe.checkpoint-tmp")));
-  const auto check =
-      fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --check {}", hf_fixture::source_dir(), (dir / "moe").string());
+  const auto check = fmt::format("/usr/bin/python3 {}/tests/io/hf_reference.py --check {}", hf_fixture::source_dir(),
+                                 (dir / "moe").string());
   ASSERT_EQ(std::system(check.c_str()), 0) << check;
   const auto ids = torch::randint(0, 64, {1, 9}, torch::kLong);
   auto logits = [&](const std::string& path) {

@@ -434,13 +434,14 @@ TEST(Upcycle, StreamedEqualsTheInMemoryRecipeBitForBit) {
       if (bank != std::string::npos) {
         const auto mlp = name.substr(0, bank + 5), local = name.substr(bank + 13);
         const std::map<std::string, at::Tensor> parts =
-            ffn == "gelu" ? std::map<std::string, at::Tensor>{{"gate_up_proj", dense.at(mlp + "fc1.weight")},
-                                                              {"down_proj", dense.at(mlp + "fc2.weight")},
-                                                              {"gate_up_proj_bias", dense.at(mlp + "fc1.bias")},
-                                                              {"down_proj_bias", dense.at(mlp + "fc2.bias")}}
-                          : std::map<std::string, at::Tensor>{
-                                {"gate_up_proj", at::cat({dense.at(mlp + "gate_proj.weight"), dense.at(mlp + "up_proj.weight")})},
-                                {"down_proj", dense.at(mlp + "down_proj.weight")}};
+            ffn == "gelu"
+                ? std::map<std::string, at::Tensor>{{"gate_up_proj", dense.at(mlp + "fc1.weight")},
+                                                    {"down_proj", dense.at(mlp + "fc2.weight")},
+                                                    {"gate_up_proj_bias", dense.at(mlp + "fc1.bias")},
+                                                    {"down_proj_bias", dense.at(mlp + "fc2.bias")}}
+                : std::map<std::string, at::Tensor>{
+                      {"gate_up_proj", at::cat({dense.at(mlp + "gate_proj.weight"), dense.at(mlp + "up_proj.weight")})},
+                      {"down_proj", dense.at(mlp + "down_proj.weight")}};
         const auto& src = parts.at(local);
         for (int64_t e = 0; e < o.experts; ++e) {
           auto copy = src.clone();

@@ -24,8 +24,9 @@ std::vector<LayerSaliency> checkpoint_saliency(const std::string& checkpoint, co
   const auto windows = calibration_windows(calib, cfg, tokenizer);
   if (layerwise) {
     if (calib.weights != at::kFloat)
-      throw ConfigError("--dtype bf16 holds the whole model in bf16; --layerwise holds one float32 block at a time: "
-                        "choose one");
+      throw ConfigError(
+          "--dtype bf16 holds the whole model in bf16; --layerwise holds one float32 block at a time: "
+          "choose one");
     return layerwise_saliency(checkpoint, windows, batch, peak);
   }
   auto l = load_model(checkpoint, calib.weights);
@@ -109,17 +110,7 @@ UMoEOutcome run_umoe(const std::string& checkpoint, const CalibrationSource& cal
   meta["moeforge.umoe_from"] = src.dir;
   CheckpointContents contents{{}, {}, {}, {{"step", 0}, {"umoe_from", src.dir}}, src.tokenizer};
   contents.write_model = [&](const std::string& path) { write_surgery(src, r.saliency, opt, r.surgery, path, meta); };
-  // a Hugging Face directory in, one of its architecture and dtype out (through a checkpoint of ours)
-  const bool hf_out = !src.hf_type.empty();
-  const auto checkpoint_out = hf_out ? out + ".checkpoint-tmp" : out;
-  write_checkpoint(checkpoint_out, contents);
-  if (hf_out) {
-    hf::ExportOptions e;
-    e.arch = src.hf_type;
-    e.dtype = src.stored;
-    hf::export_hf(checkpoint_out, out, e);
-    std::filesystem::remove_all(checkpoint_out);
-  }
+  write_like_source(src, contents, out, src.hf_type);  // a Hugging Face directory in, one of its architecture out
   auto report = surgery_report(r.surgery, r.saliency, opt);
   report["checkpoint"] = src.dir;
   report["calibration"] = {{"source", calib.source},
