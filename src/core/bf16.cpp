@@ -33,11 +33,23 @@ MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec widen_lanes(const uint16_t* p) {
   using L = Bf16Lanes<W>;
   const typename L::Bits bits = __builtin_convertvector(*reinterpret_cast<const typename L::Half*>(p), typename L::Bits)
                                 << 16;
-  return reinterpret_cast<const typename L::Vec&>(bits);
+  return (typename L::Vec)bits;  // a cast between vectors of one size keeps the bits
 }
 
-template <int W, int RM, int RN>
-MF_ALWAYS_INLINE void bf16_tile(const float* x, int64_t ldx, int64_t K, const uint16_t* w, int64_t ldw, float* y,
+// W weights from p as float32 lanes: bf16 bit patterns widened, float32 loaded as they are
+template <int W>
+MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const uint16_t* p) {
+  return widen_lanes<W>(p);
+}
+template <int W>
+MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const float* p) {
+  return *reinterpret_cast<const typename Bf16Lanes<W>::Vec*>(p);
+}
+MF_ALWAYS_INLINE float weight_value(float f) { return f; }
+MF_ALWAYS_INLINE float weight_value(uint16_t h) { return bf16_value(h); }
+
+template <int W, int RM, int RN, class T>
+MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const T* w, int64_t ldw, float* y,
                                 int64_t ldy) {
   using Vec = typename Bf16Lanes<W>::Vec;
   Vec acc[RM][RN];
@@ -46,7 +58,7 @@ MF_ALWAYS_INLINE void bf16_tile(const float* x, int64_t ldx, int64_t K, const ui
   int64_t k = 0;
   for (; k + W <= K; k += W) {
     Vec wk[RN];
-    for (int n = 0; n < RN; ++n) wk[n] = widen_lanes<W>(w + n * ldw + k);
+    for (int n = 0; n < RN; ++n) wk[n] = weight_lanes<W>(w + n * ldw + k);
     for (int m = 0; m < RM; ++m) {
       const Vec xk = *reinterpret_cast<const Vec*>(x + m * ldx + k);
       for (int n = 0; n < RN; ++n) acc[m][n] += xk * wk[n];
@@ -56,24 +68,24 @@ MF_ALWAYS_INLINE void bf16_tile(const float* x, int64_t ldx, int64_t K, const ui
     for (int n = 0; n < RN; ++n) {
       float s = 0;
       for (int i = 0; i < W; ++i) s += acc[m][n][i];
-      for (int64_t j = k; j < K; ++j) s += x[m * ldx + j] * bf16_value(w[n * ldw + j]);
+      for (int64_t j = k; j < K; ++j) s += x[m * ldx + j] * weight_value(w[n * ldw + j]);
       y[m * ldy + n] = s;
     }
 }
 
 // rows [n0, n1) of w against every row of x: tiles of RN weight rows, RM x rows at a time
-template <int W, int RM>
-MF_ALWAYS_INLINE void bf16_rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
-                                     int64_t n0, int64_t n1, float* y, int64_t ldy) {
+template <int W, int RM, class T>
+MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const T* w, int64_t ldw, int64_t n0,
+                                int64_t n1, float* y, int64_t ldy) {
   constexpr int RN = 4;
   int64_t n = n0;
   for (; n + RN <= n1; n += RN) {
     int64_t m = 0;
-    for (; m + RM <= M; m += RM) bf16_tile<W, RM, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
-    for (; m < M; ++m) bf16_tile<W, 1, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+    for (; m + RM <= M; m += RM) rows_tile<W, RM, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+    for (; m < M; ++m) rows_tile<W, 1, RN>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
   }
   for (; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) bf16_tile<W, 1, 1>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
+    for (int64_t m = 0; m < M; ++m) rows_tile<W, 1, 1>(x + m * ldx, ldx, K, w + n * ldw, ldw, y + m * ldy + n, ldy);
 }
 
 // rows [r0, r1) of w [.., K] (row stride ldw) widened into dst [.., K] (contiguous)
@@ -153,30 +165,46 @@ void bf16_widen_range MF_BF16_WIDEN_PARAMS {
 #undef MF_BF16_WIDEN_ARGS
 #undef MF_BF16_WIDEN_PARAMS
 
-#define MF_BF16_ROWS_PARAMS                                                                                   \
-  (const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0, int64_t n1, \
-   float* y, int64_t ldy)
-#define MF_BF16_ROWS_ARGS (x, ldx, M, K, w, ldw, n0, n1, y, ldy)
+#define MF_ROWS_PARAMS                                                                                           \
+  (const float* x, int64_t ldx, int64_t M, int64_t K, const T* w, int64_t ldw, int64_t n0, int64_t n1, float* y, \
+   int64_t ldy)
+#define MF_ROWS_ARGS (x, ldx, M, K, w, ldw, n0, n1, y, ldy)
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void bf16_rows_avx512 MF_BF16_ROWS_PARAMS {
-  bf16_rows_body<16, 4> MF_BF16_ROWS_ARGS;
+template <class T>
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void rows_avx512 MF_ROWS_PARAMS {
+  rows_body<16, 4> MF_ROWS_ARGS;
 }
-__attribute__((target("avx2,fma"))) void bf16_rows_avx2 MF_BF16_ROWS_PARAMS { bf16_rows_body<8, 2> MF_BF16_ROWS_ARGS; }
+template <class T>
+__attribute__((target("avx2,fma"))) void rows_avx2 MF_ROWS_PARAMS {
+  rows_body<8, 2> MF_ROWS_ARGS;
+}
 #endif
-void bf16_rows_base MF_BF16_ROWS_PARAMS { bf16_rows_body<4, 2> MF_BF16_ROWS_ARGS; }
+template <class T>
+void rows_base MF_ROWS_PARAMS {
+  rows_body<4, 2> MF_ROWS_ARGS;
+}
 
-void bf16_rows_range MF_BF16_ROWS_PARAMS {
+template <class T>
+void rows_range MF_ROWS_PARAMS {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (simd_level()) {
-    case SimdLevel::Avx512: return bf16_rows_avx512 MF_BF16_ROWS_ARGS;
-    case SimdLevel::Avx2: return bf16_rows_avx2 MF_BF16_ROWS_ARGS;
+    case SimdLevel::Avx512: return rows_avx512 MF_ROWS_ARGS;
+    case SimdLevel::Avx2: return rows_avx2 MF_ROWS_ARGS;
     default: break;
   }
 #endif
-  bf16_rows_base MF_BF16_ROWS_ARGS;
+  rows_base MF_ROWS_ARGS;
 }
-#undef MF_BF16_ROWS_ARGS
-#undef MF_BF16_ROWS_PARAMS
+#undef MF_ROWS_ARGS
+#undef MF_ROWS_PARAMS
+
+// y = x w^T with threads splitting the rows of w
+template <class T>
+void rows_parallel(const float* x, int64_t ldx, int64_t M, int64_t K, const T* w, int64_t ldw, int64_t N, float* y,
+                   int64_t ldy) {
+  const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(K, 1) / 4 * 4);
+  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
+}
 
 // our kernel can take it: float32 x and a bf16 w with contiguous rows, on the CPU, no autograd
 bool bf16_kernel_applies(const at::Tensor& x, const at::Tensor& w) {
@@ -206,8 +234,22 @@ void bf16_panels(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
 
 void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t N, float* y,
                int64_t ldy) {
-  const int64_t grain = std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(K, 1) / 4 * 4);
-  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { bf16_rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
+  rows_parallel(x, ldx, M, K, w, ldw, N, y, ldy);
+}
+
+void f32_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t N, float* y,
+              int64_t ldy) {
+  rows_parallel(x, ldx, M, K, w, ldw, N, y, ldy);
+}
+
+void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0,
+               int64_t n1, float* y, int64_t ldy) {
+  rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy);
+}
+
+void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t n0, int64_t n1,
+               float* y, int64_t ldy) {
+  rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy);
 }
 
 void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {

@@ -42,4 +42,15 @@ inline constexpr int64_t kBf16KernelRows = 128;
 void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t N, float* y,
                int64_t ldy);
 
+// The same kernel on float32 weights: the decode engine's matrix-times-rows (serve/decode_engine.h),
+// where a few rows make LibTorch's linear mostly call overhead.
+void f32_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t N, float* y,
+              int64_t ldy);
+// One thread's share of either: outputs n0 <= n < n1 only, on the calling thread (callers that split
+// the work among their own threads).
+void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0,
+               int64_t n1, float* y, int64_t ldy);
+void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t n0, int64_t n1,
+               float* y, int64_t ldy);
+
 }  // namespace mf

@@ -1,6 +1,7 @@
 #include "core/runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <malloc.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -176,5 +178,19 @@ double sgemm_gflops(int64_t n) {
   const double seconds = best_seconds(3, [&] { at::mm(a, b); });
   return 2.0 * static_cast<double>(n * n * n) / seconds / 1e9;
 }
+
+namespace {
+std::atomic<int64_t> op_calls{0};
+std::unique_ptr<at::ObserverContext> count_op(const at::RecordFunction&) {
+  op_calls.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+}  // namespace
+
+OpCounter::OpCounter()
+    : handle_(at::addGlobalCallback(at::RecordFunctionCallback(&count_op).scopes({at::RecordScope::FUNCTION}))),
+      start_(op_calls.load()) {}
+OpCounter::~OpCounter() { at::removeCallback(handle_); }
+int64_t OpCounter::calls() const { return op_calls.load() - start_; }
 
 }  // namespace mf

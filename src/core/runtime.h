@@ -25,6 +25,21 @@ class StreamingAllocatorScope {
   bool tuned_;
 };
 
+// Counts LibTorch operator calls (every dispatched ATen operator, nested ones included, on every
+// thread) while it lives: what a decode step costs beyond its arithmetic (`bench generate`).
+class OpCounter {
+ public:
+  OpCounter();
+  ~OpCounter();
+  OpCounter(const OpCounter&) = delete;
+  OpCounter& operator=(const OpCounter&) = delete;
+  int64_t calls() const;
+
+ private:
+  uint64_t handle_;
+  int64_t start_;
+};
+
 // Environment variables that libraries read only when they load, so they are set before a
 // re-execution of the program (a variable the user set wins; returns if it cannot re-execute):
 // - OMP_WAIT_POLICY=PASSIVE: OpenMP threads that spin after a parallel region steal the cores

@@ -98,6 +98,7 @@ class MoEFeedForward : public FeedForward, public ReportsRouting {
   const MoELayerShape& shape() const { return shape_; }
   bool dispatches_whole_experts() const;  // every extension does (MoEExtension::dispatches_whole_experts)
   bool extended() const { return !extensions_.empty(); }                          // a method's extension is enabled
+  double capacity_factor() const { return dispatch_.capacity_factor; }            // > 0: pairs per unit capped
   int64_t width() const { return shape_.latent > 0 ? shape_.latent : d_model_; }  // where the routed units work
 
   // Routing-randomization probe: when set, each token's k experts are drawn uniformly (without

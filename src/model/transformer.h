@@ -53,6 +53,7 @@ class TransformerLMImpl : public torch::nn::Module {
   ParamCounts param_counts() const;
   std::vector<std::shared_ptr<FeedForward>> feed_forwards() const;
   const ModelConfig& config() const { return cfg_; }
+  const RopeTable& rope() const { return rope_; }
 
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // absent with model.tie_embeddings (the embedding is the head)

@@ -2,7 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <numeric>
+
 #include "data/tokenizer.h"
+#include "serve/decode_engine.h"
 
 namespace mf {
 
@@ -28,17 +31,14 @@ int64_t pick(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generat
 
 }  // namespace
 
-void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  if (rows.empty()) return;
-  const int64_t max_len = model->config().max_seq_len;
-  std::vector<at::Generator> gens;
-  std::vector<int64_t> flat, produced(rows.size(), 0);
+namespace {
+
+// The prompts' contexts (truncated to the context, one length) as one [rows, length] batch.
+at::Tensor prompt_batch(const std::vector<DecodeRow>& rows, int64_t max_len) {
+  std::vector<int64_t> flat;
   size_t length = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const auto& o = rows[r].opt;
-    gens.push_back(at::make_generator<at::CPUGeneratorImpl>(o.seed));
     std::vector<int64_t> ctx(rows[r].prompt.begin(), rows[r].prompt.end());
     if (ctx.empty()) ctx.push_back(o.stop_token >= 0 ? o.stop_token : 0);
     if (static_cast<int64_t>(ctx.size()) >= max_len) ctx.erase(ctx.begin(), ctx.end() - (max_len - 1));
@@ -47,48 +47,97 @@ void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows) {
       throw std::invalid_argument("decode_rows: the prompts must have one length (after truncation)");
     flat.insert(flat.end(), ctx.begin(), ctx.end());
   }
-  std::vector<size_t> live;  // rows still decoding, in cache-row order
+  return torch::tensor(flat, torch::kLong).view({static_cast<int64_t>(rows.size()), -1});
+}
+
+bool runs_engine(TransformerLMImpl& model, DecodePath path) {
+  if (path == DecodePath::Modules) return false;
+  const auto why = DecodeEngine::unsupported(model);
+  if (path == DecodePath::Engine && !why.empty()) throw ConfigError("the decode engine does not run " + why);
+  return why.empty();
+}
+
+// The next tokens' logits [rows, V] for the live rows, by the engine (slot i = the live row
+// that was i-th after the prompt) or by the modules over their caches.
+struct Steps {
+  std::unique_ptr<DecodeEngine> engine;
+  std::vector<LayerCache> caches;
+  std::vector<int64_t> slots;  // the live rows' slots
+
+  void keep(const std::vector<int64_t>& kept) {
+    std::vector<int64_t> still;
+    for (auto i : kept) still.push_back(slots[static_cast<size_t>(i)]);
+    slots = still;
+    if (engine) return;
+    auto index = torch::tensor(kept, torch::kLong);
+    for (auto& c : caches) c = {c.k.index_select(0, index), c.v.index_select(0, index)};
+  }
+  at::Tensor next(TransformerLM& model, const std::vector<int64_t>& tokens) {
+    if (engine) return engine->step(slots, tokens);
+    AuxLosses aux;
+    const auto n = static_cast<int64_t>(tokens.size());
+    return model->forward(torch::tensor(tokens, torch::kLong).view({n, 1}), aux, &caches).select(1, -1);
+  }
+};
+
+}  // namespace
+
+void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath path) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  if (rows.empty()) return;
+  const int64_t max_len = model->config().max_seq_len;
+  std::vector<at::Generator> gens;
+  for (auto& row : rows) gens.push_back(at::make_generator<at::CPUGeneratorImpl>(row.opt.seed));
+  const auto prompts = prompt_batch(rows, max_len);
+  std::vector<size_t> live;  // rows still decoding, in step order
   for (size_t r = 0; r < rows.size(); ++r)
     if (rows[r].opt.max_tokens > 0) live.push_back(r);
   if (live.empty()) return;
-  std::vector<LayerCache> caches;
+  Steps steps;
   AuxLosses aux;
-  const auto rows_n = static_cast<int64_t>(rows.size());
-  auto logits = model->forward(torch::tensor(flat, torch::kLong).view({rows_n, -1}), aux, &caches);
-  if (live.size() < rows.size()) {  // rows asking for no tokens leave before the first step
-    std::vector<int64_t> keep(live.begin(), live.end());
-    auto index = torch::tensor(keep, torch::kLong);
-    logits = logits.index_select(0, index);
-    for (auto& c : caches) c = {c.k.index_select(0, index), c.v.index_select(0, index)};
+  auto last = model->forward(prompts, aux, &steps.caches).select(1, -1);  // [rows, V]
+  steps.slots.resize(rows.size());                                        // the modules' cache rows
+  std::iota(steps.slots.begin(), steps.slots.end(), 0);
+  if (runs_engine(*model, path)) {
+    steps.engine = std::make_unique<DecodeEngine>(*model, static_cast<int64_t>(live.size()));
+    for (size_t i = 0; i < live.size(); ++i) steps.engine->load(static_cast<int64_t>(i), steps.caches, live[i]);
+    steps.caches.clear();
+    steps.slots.resize(live.size());
+    std::iota(steps.slots.begin(), steps.slots.end(), 0);
   }
-  while (!live.empty() && caches[0].length() < max_len) {
-    auto last = logits.select(1, -1).to(torch::kFloat32);  // [live, V]
-    std::vector<int64_t> keep, next;
+  if (live.size() < rows.size()) {  // rows asking for no tokens leave before the first step
+    std::vector<int64_t> kept(live.begin(), live.end());
+    last = last.index_select(0, torch::tensor(kept, torch::kLong));
+    if (!steps.engine) steps.keep(kept);
+  }
+  std::vector<int64_t> produced(rows.size(), 0);
+  for (int64_t length = prompts.size(1); !live.empty() && length < max_len; ++length) {
+    last = last.to(torch::kFloat32);
+    std::vector<int64_t> kept, next;
     for (size_t i = 0; i < live.size(); ++i) {
       auto& row = rows[live[i]];
       const auto id = pick(last[static_cast<int64_t>(i)], row.opt, gens[live[i]]);
       if (id == row.opt.stop_token) continue;
       const bool more = row.on_token(static_cast<int>(id));
       if (more && ++produced[live[i]] < row.opt.max_tokens) {
-        keep.push_back(static_cast<int64_t>(i));
+        kept.push_back(static_cast<int64_t>(i));
         next.push_back(id);
       }
     }
-    if (keep.empty()) break;
-    if (keep.size() < live.size()) {
-      auto index = torch::tensor(keep, torch::kLong);
-      for (auto& c : caches) c = {c.k.index_select(0, index), c.v.index_select(0, index)};
+    if (kept.empty()) break;
+    if (kept.size() < live.size()) {
+      steps.keep(kept);
       std::vector<size_t> still;
-      for (auto i : keep) still.push_back(live[static_cast<size_t>(i)]);
+      for (auto i : kept) still.push_back(live[static_cast<size_t>(i)]);
       live = still;
     }
-    logits =
-        model->forward(torch::tensor(next, torch::kLong).view({static_cast<int64_t>(live.size()), 1}), aux, &caches);
+    last = steps.next(model, next);
   }
 }
 
 std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::vector<std::vector<int>>& prompts,
-                                             const SamplingOptions& opt) {
+                                             const SamplingOptions& opt, DecodePath path) {
   std::vector<std::vector<int>> out(prompts.size());
   std::vector<DecodeRow> rows;
   for (size_t r = 0; r < prompts.size(); ++r) {
@@ -99,12 +148,13 @@ std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::ve
                       return true;
                     }});
   }
-  decode_rows(model, rows);
+  decode_rows(model, rows, path);
   return out;
 }
 
-std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt) {
-  return generate_batch(model, {prompt}, opt)[0];
+std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt,
+                          DecodePath path) {
+  return generate_batch(model, {prompt}, opt, path)[0];
 }
 
 std::function<std::string(TransformerLM&, const std::string&)> prompt_sampler(const SampleConfig& s) {

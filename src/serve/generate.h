@@ -31,16 +31,20 @@ struct DecodeRow {
 // Rows whose prompts have one length (after truncation to the context) decoded together: one
 // forward per step for the rows still running, one KV cache; a row that ends leaves the batch
 // (its cache rows are dropped). Stops at the context length.
-void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows);
+// The steps after the prompt run in the decode engine (serve/decode_engine.h) where it runs the
+// model (Auto), or by the modules; Engine insists (an error names what it does not run).
+enum class DecodePath { Auto, Engine, Modules };
+void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath path = DecodePath::Auto);
 
 // Returns only the newly generated token ids.
-std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt);
+std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, const SamplingOptions& opt,
+                          DecodePath path = DecodePath::Auto);
 
 // Several prompts of one length decoded together (one forward per step for the whole batch,
 // one KV cache); row r's ids stop at its first stop token. Row r samples from its own
 // generator seeded opt.seed + r, so row 0 equals generate() on that prompt.
 std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::vector<std::vector<int>>& prompts,
-                                             const SamplingOptions& opt);
+                                             const SamplingOptions& opt, DecodePath path = DecodePath::Auto);
 
 // Keeps the smallest set of most probable tokens whose mass reaches top_p; renormalizes.
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p);

@@ -7,11 +7,13 @@
 #include <chrono>
 
 #include "core/peer.h"
+#include "core/runtime.h"
 #include "core/timing.h"
 #include "io/model_io.h"
 #include "model/moe_ffn.h"
 #include "model/weight_dtype.h"
 #include "moe/dispatch.h"
+#include "serve/decode_engine.h"
 #include "serve/generate.h"
 #include "serve/llama_bench.h"
 
@@ -48,6 +50,9 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
   SamplingOptions o;
   o.temperature = 0;  // greedy: no sampling cost, every row runs to the end
   o.max_tokens = new_tokens;
+  std::vector<DecodePath> paths = {DecodePath::Engine, DecodePath::Modules};
+  r.engine_unsupported = DecodeEngine::unsupported(*model);
+  if (!r.engine_unsupported.empty()) paths.erase(paths.begin());
   for (const auto& held : order) {
     hold_weights(*model, parse_weight_dtype(held));
     for (int64_t batch : batches) {
@@ -57,13 +62,18 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
         for (int64_t t = 0; t < prompt_len; ++t)
           prompts.back().push_back(static_cast<int>((7 * t + 13 * b + 1) % r.config.model.vocab_size));
       }
-      generate_batch(model, prompts, o);  // warm-up
-      const auto t0 = std::chrono::steady_clock::now();
-      const auto out = generate_batch(model, prompts, o);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      int64_t produced = 0;
-      for (auto& row : out) produced += static_cast<int64_t>(row.size());
-      r.rows.push_back({batch, held, static_cast<double>(produced) / s});
+      for (auto path : paths) {
+        generate_batch(model, prompts, o, path);  // warm-up
+        OpCounter calls;
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto out = generate_batch(model, prompts, o, path);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        int64_t produced = 0, steps = 1;
+        for (auto& row : out) produced += static_cast<int64_t>(row.size());
+        for (auto& row : out) steps = std::max(steps, static_cast<int64_t>(row.size()));
+        r.rows.push_back({batch, held, path == DecodePath::Engine ? "engine" : "modules",
+                          static_cast<double>(produced) / s, static_cast<double>(calls.calls()) / steps});
+      }
     }
   }
   return r;
@@ -83,7 +93,9 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                       false);
   GenerateBenchReport out{ResultTable({{"batch", "batch", "", -6},
                                        {"weights", "weights", "", -8},
-                                       {"tokens_per_s", "ours tokens/s", "{:.1f}", 16},
+                                       {"decode", "decode", "", -8},
+                                       {"tokens_per_s", "ours tokens/s", "{:.1f}", 14},
+                                       {"calls_per_step", "LibTorch calls/step", "{:.0f}", 20},
                                        {"pytorch_tokens_per_s", "PyTorch tokens/s", "{:.1f}", 18},
                                        {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16},
                                        {"llama_f32", "llama.cpp f32", "{:.1f}", 14},
@@ -99,8 +111,13 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                            {"llama_cpp", llama_cpp_decode(source, llama, prompt_len, new_tokens, threads)}},
                           ""};
   for (const auto& row : r.rows) {
-    const auto key = fmt::format("batch{}{}_tokens_per_s", row.batch, row.weights == "f32" ? "" : "_" + row.weights);
-    nlohmann::json cells = {{"batch", row.batch}, {"weights", row.weights}, {"tokens_per_s", row.tokens_per_s}};
+    const auto key = fmt::format("batch{}{}{}_tokens_per_s", row.batch, row.weights == "f32" ? "" : "_" + row.weights,
+                                 row.decode == "engine" ? "" : "_" + row.decode);
+    nlohmann::json cells = {{"batch", row.batch},
+                            {"weights", row.weights},
+                            {"decode", row.decode},
+                            {"tokens_per_s", row.tokens_per_s},
+                            {"calls_per_step", row.calls_per_step}};
     const auto peer_key = fmt::format("batch{}_tokens_per_s", row.batch);  // PyTorch's float32
     if (theirs.contains(peer_key) && theirs[peer_key].get<double>() > 0)
       cells["pytorch_tokens_per_s"] = theirs[peer_key],
@@ -111,8 +128,10 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
       cells["llama_f16"] = ll["f16"], cells["llama_q8_0"] = ll["q8_0"];
     out.table.add(cells);
     out.json["moeforge"][key] = row.tokens_per_s;
+    out.json["moeforge"][key.substr(0, key.size() - 12) + "calls_per_step"] = row.calls_per_step;
   }
-  if (!r.units_path.empty()) out.note += "experts ran on the " + r.units_path + " units path\n";
+  if (!r.units_path.empty()) out.note += "the modules ran the experts on the " + r.units_path + " units path\n";
+  if (!r.engine_unsupported.empty()) out.note += "the decode engine does not run " + r.engine_unsupported + "\n";
   if (!theirs.contains("torch")) out.note += "PyTorch: " + theirs.value("skipped", "") + "\n";
   if (const auto& ll = out.json["llama_cpp"]; ll.contains("skipped"))
     out.note += "llama.cpp: " + ll["skipped"].get<std::string>() + "\n";

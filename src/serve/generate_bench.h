@@ -14,8 +14,10 @@ namespace mf {
 
 struct GenerateBenchRow {
   int64_t batch = 0;
-  std::string weights = "f32";  // the dtype the weights were held in (model/weight_dtype.h)
-  double tokens_per_s = 0;      // generated tokens (all rows) per second, prefill included
+  std::string weights = "f32";    // the dtype the weights were held in (model/weight_dtype.h)
+  std::string decode = "engine";  // the decode engine (serve/decode_engine.h) or the modules
+  double tokens_per_s = 0;        // generated tokens (all rows) per second, prefill included
+  double calls_per_step = 0;      // LibTorch operator calls per decode step (prefill and sampling included)
 };
 
 struct GenerateBenchResult {
@@ -24,11 +26,13 @@ struct GenerateBenchResult {
   double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32 (bf16: half)
   double bandwidth_gbs = 0;          // large-copy bandwidth, read + write
   double bound_tokens_per_s = 0;     // batch 1: bandwidth / weight bytes per step
-  std::string units_path;            // how the MoE layers ran their experts (moe/dispatch.h); "" = no MoE layer
+  std::string units_path;          // how the modules' MoE layers ran their experts (moe/dispatch.h); "" = no MoE layer
+  std::string engine_unsupported;  // DecodeEngine::unsupported: "" where the engine decodes
 };
 
 // `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint; each batch
-// size with the weights held in each of `weights` ("f32", "bf16"; float32 runs first).
+// size with the weights held in each of `weights` ("f32", "bf16"; float32 runs first), decoded by
+// the engine (where it runs the model) and by the modules.
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches,
                                    const std::vector<std::string>& weights = {"f32", "bf16"});

@@ -71,6 +71,41 @@ TEST(Bf16, ProjectEqualsFloat64MathOnTheRoundedWeights) {
   at::set_num_threads(1);
 }
 
+TEST(Bf16, TheSameKernelOnFloat32WeightsAndOneThreadsShare) {
+  const float w[2][5] = {{1, -2, 0.5f, 3, 1.5f}, {3, 1, 1, 1, 1}}, x[5] = {1, 2, 3, 4, 2};
+  float y[2] = {0, 0};
+  f32_rows(x, 5, 1, 5, &w[0][0], 5, 2, y, 2);
+  EXPECT_FLOAT_EQ(y[0], 13.5f);
+  EXPECT_FLOAT_EQ(y[1], 14.0f);
+  torch::manual_seed(5);
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    for (int64_t M : {1, 3, 4, 9})
+      for (int64_t K : {1, 7, 16, 37, 100})
+        for (int64_t N : {1, 4, 9, 130}) {
+          const auto what = fmt::format("M={} K={} N={} threads={}", M, K, N, threads);
+          auto x = torch::randn({M, K}), w = torch::randn({N, K + 3});  // rows K + 3 apart
+          auto y = torch::full({M, N}, 7.0f);
+          f32_rows(x.data_ptr<float>(), K, M, K, w.data_ptr<float>(), K + 3, N, y.data_ptr<float>(), N);
+          const double bound = static_cast<double>(K + 1) * std::ldexp(1.0, -24);
+          EXPECT_LT(sum_error(y, x, w.narrow(1, 0, K)), bound) << what;
+          // a share: outputs [n0, n1) written, the rest untouched, bf16 and float32 weights alike
+          const int64_t n0 = N / 3, n1 = N - N / 4;
+          auto part = torch::full({M, N}, 7.0f), half = w.to(at::kBFloat16);
+          rows_part(x.data_ptr<float>(), K, M, K, w.data_ptr<float>(), K + 3, n0, n1, part.data_ptr<float>(), N);
+          EXPECT_TRUE(part.narrow(1, n0, n1 - n0).equal(y.narrow(1, n0, n1 - n0))) << what << ", share";
+          EXPECT_TRUE(part.narrow(1, 0, n0).eq(7).all().item<bool>()) << what << ": wrote outside its share";
+          EXPECT_TRUE(part.narrow(1, n1, N - n1).eq(7).all().item<bool>()) << what << ": wrote outside its share";
+          rows_part(x.data_ptr<float>(), K, M, K, reinterpret_cast<const uint16_t*>(half.data_ptr<at::BFloat16>()),
+                    K + 3, n0, n1, part.data_ptr<float>(), N);
+          if (n1 > n0)
+            EXPECT_LT(sum_error(part.narrow(1, n0, n1 - n0), x, half.narrow(1, 0, K).narrow(0, n0, n1 - n0)), bound)
+                << what;
+        }
+  }
+  at::set_num_threads(1);
+}
+
 TEST(Bf16, OtherDtypesAndAutogradWidenTheWeight) {
   torch::manual_seed(4);
   auto w = torch::randn({6, 10}).to(at::kBFloat16);

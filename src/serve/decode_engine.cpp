@@ -1,0 +1,531 @@
+#include "serve/decode_engine.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <typeinfo>
+
+#include "core/bf16.h"
+#include "model/moe_ffn.h"
+#include "moe/banks.h"
+#include "moe/routers.h"
+
+namespace mf {
+namespace decoding {
+
+// w [N, K] (rows ld apart), float32 or bf16 bit patterns, with an optional bias [N]
+struct Matrix {
+  const void* data = nullptr;
+  bool bf16 = false;
+  int64_t N = 0, K = 0, ld = 0;
+  const float* bias = nullptr;
+};
+
+const float* floats(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "decode engine: a ", t.sizes(), " ", t.scalar_type(),
+              " tensor where a contiguous float32 one was expected");
+  return t.data_ptr<float>();
+}
+
+Matrix matrix(const at::Tensor& w, const at::Tensor& b = {}) {
+  TORCH_CHECK(w.dim() == 2 && w.stride(1) == 1 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
+              "decode engine: a ", w.sizes(), " ", w.scalar_type(), " weight with strided rows");
+  Matrix m;
+  m.bf16 = w.scalar_type() == at::kBFloat16;
+  m.data = m.bf16 ? static_cast<const void*>(w.data_ptr<at::BFloat16>()) : w.data_ptr<float>();
+  m.N = w.size(0), m.K = w.size(1), m.ld = w.stride(0);
+  m.bias = floats(b);
+  return m;
+}
+
+// The threads of one step: each runs the whole step, takes its share of every product and meets
+// the others at a spinning barrier (OpenMP's barrier, and a parallel region per product, sleep and
+// wake through the kernel under OMP_WAIT_POLICY=PASSIVE: ~50 us each, a third of a token's time).
+class SpinBarrier {
+ public:
+  void wait(int threads) {
+    const int gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == threads - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins)
+      if (spins > 2000) std::this_thread::yield();  // a loaded machine: let the late thread run
+  }
+
+ private:
+  std::atomic<int> arrived_{0}, generation_{0};
+};
+
+struct Team {
+  int id = 0, size = 1;
+  SpinBarrier* barrier = nullptr;
+  bool lead() const { return id == 0; }
+  void sync() const {
+    if (size > 1) barrier->wait(size);
+  }
+  // this thread's share [first, second) of n items, in multiples of `align`
+  std::pair<int64_t, int64_t> share(int64_t n, int64_t align = 1) const {
+    const int64_t blocks = (n + align - 1) / align;
+    return {std::min(n, blocks * id / size * align), std::min(n, blocks * (id + 1) / size * align)};
+  }
+};
+
+// this thread's outputs of y[m] = w x[m] (+ b) for the M rows of x [M, K] into y [M, N]
+void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y) {
+  const auto [n0, n1] = team.share(w.N, 4);
+  if (n0 >= n1) return;
+  if (w.bf16)
+    rows_part(x, w.K, M, w.K, static_cast<const uint16_t*>(w.data), w.ld, n0, n1, y, w.N);
+  else
+    rows_part(x, w.K, M, w.K, static_cast<const float*>(w.data), w.ld, n0, n1, y, w.N);
+  if (w.bias)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) y[m * w.N + n] += w.bias[n];
+}
+
+// out = x / sqrt(mean(x^2) + eps) * weight over n numbers (RMSNormImpl)
+void rms_norm(const float* x, int64_t n, const float* weight, double eps, float* out) {
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
+  const float r = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r * weight[i];
+}
+
+// An expert, a shared expert or a dense FFN: down(act(gate x) * up x) for SwiGLU (up.N > 0),
+// down(gelu(gate x)) for GELU, each product with its bias where it has one.
+struct Unit {
+  Matrix gate, up, down;
+};
+
+// act(g) [* u] in place of g for this thread's share of n numbers (SwiGLU when `u`)
+void activate(const Team& team, float* g, const float* u, int64_t n) {
+  const auto [i0, i1] = team.share(n, 16);
+  if (u)
+    for (int64_t i = i0; i < i1; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  else
+    for (int64_t i = i0; i < i1; ++i) g[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * static_cast<float>(M_SQRT1_2)));
+}
+
+Unit bank_unit(const ExpertBank& bank, int64_t e) {
+  const int64_t F = bank.expert_hidden();
+  const auto gate_up = bank.gate_up_proj.select(0, e);
+  const auto bias = bank.gate_up_proj_bias.defined() ? bank.gate_up_proj_bias.select(0, e) : at::Tensor();
+  auto rows = [&](const at::Tensor& t, int64_t r0) { return t.defined() ? t.narrow(0, r0, F) : at::Tensor(); };
+  Unit u;
+  u.gate = matrix(rows(gate_up, 0), rows(bias, 0));
+  if (bank.activation() == Activation::SwiGLU) u.up = matrix(rows(gate_up, F), rows(bias, F));
+  u.down = matrix(bank.down_proj.select(0, e),
+                  bank.down_proj_bias.defined() ? bank.down_proj_bias.select(0, e) : at::Tensor());
+  return u;
+}
+
+// RouterImpl's top-k scoring, selection and weights for one token
+struct Router {
+  Matrix w;
+  RouterKind kind = RouterKind::SoftmaxTopK;
+  int64_t top_k = 1;
+  bool renormalize = true;
+  const float* selection_bias = nullptr;  // only when the balancing bias is on
+  float norm_factor = 1;                  // norm_topk: sigma * c
+  double norm_eps = 0;
+  float scale = 1;  // gate_scale
+
+  // logits [E] -> (unit, weight) pairs, best first; `score` and `order` are scratch of E numbers
+  void pick(const float* logits, std::vector<float>& score, std::vector<int64_t>& order,
+            std::vector<std::pair<int64_t, float>>& out) const {
+    const int64_t E = w.N;
+    if (kind == RouterKind::SoftmaxTopK) {
+      const float top = *std::max_element(logits, logits + E);
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += score[e] = std::exp(logits[e] - top);
+      for (int64_t e = 0; e < E; ++e) score[e] /= sum;
+    } else if (kind == RouterKind::SigmoidTopK) {
+      for (int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    } else {
+      double squares = 0;
+      for (int64_t e = 0; e < E; ++e) squares += static_cast<double>(logits[e]) * logits[e];
+      const float norm = static_cast<float>(std::sqrt(squares) + norm_eps);
+      for (int64_t e = 0; e < E; ++e) score[e] = std::max(logits[e] / norm, 0.0f) * norm_factor;
+    }
+    auto key = [&](int64_t e) { return score[e] + (selection_bias ? selection_bias[e] : 0.0f); };
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int64_t a, int64_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
+    float sum = 0;
+    for (int64_t i = 0; i < top_k; ++i) sum += score[order[i]];
+    if (kind == RouterKind::NormTopK) sum = std::max(sum, 1e-30f);
+    out.clear();
+    for (int64_t i = 0; i < top_k; ++i)
+      out.emplace_back(order[i], (renormalize ? score[order[i]] / sum : score[order[i]]) * scale);
+  }
+};
+
+struct Layer {
+  const float *norm_in = nullptr, *norm_post = nullptr;
+  Matrix q, k, v, o;
+  const float *q_norm = nullptr, *k_norm = nullptr;  // model.qk_norm
+  bool norm_per_head = false;
+  bool moe = false;
+  std::vector<Unit> units;  // MoE: the routed experts; dense: the FFN
+  Router router;
+  std::optional<Unit> shared;
+  Matrix shared_gate;  // N = 0: none
+};
+
+std::string moe_unsupported(const MoEFeedForward& f) {
+  if (f.extended()) return "a method's extension of its MoE slot";
+  if (f.random_routing || f.dispatch_hook || f.dispatch_bank) return "a probe or expert parallelism on its MoE slot";
+  if (f.capacity_factor() > 0) return "an expert capacity limit (model.moe.capacity_factor)";
+  const auto kind = f.gate->options().kind;
+  if (kind != RouterKind::SoftmaxTopK && kind != RouterKind::SigmoidTopK && kind != RouterKind::NormTopK)
+    return "the " + to_string(kind) + " router";
+  return "";
+}
+
+Layer dense_layer(FeedForward& ffn) {
+  Layer l;
+  if (auto* s = dynamic_cast<SwiGLU*>(&ffn))
+    l.units.push_back({matrix(s->gate_proj->weight), matrix(s->up_proj->weight), matrix(s->down_proj->weight)});
+  else if (auto* g = dynamic_cast<GeluMLP*>(&ffn))
+    l.units.push_back({matrix(g->fc1->weight, g->fc1->bias), Matrix{}, matrix(g->fc2->weight, g->fc2->bias)});
+  return l;
+}
+
+Layer moe_layer(MoEFeedForward& f) {
+  Layer l;
+  l.moe = true;
+  for (int64_t e = 0; e < f.experts->num_units(); ++e) l.units.push_back(bank_unit(*f.experts, e));
+  if (f.shared_experts) l.shared = bank_unit(*f.shared_experts, 0);
+  if (f.shared_gate) l.shared_gate = matrix(f.shared_gate->weight);
+  auto& g = *f.gate;
+  const auto& o = g.options();
+  Router& r = l.router;
+  r.w = matrix(g.weight);
+  r.kind = o.kind;
+  r.top_k = o.top_k;
+  r.renormalize = o.renormalize;
+  if (o.bias_update > 0) r.selection_bias = floats(g.selection_bias);
+  if (g.norm_scale.defined()) r.norm_factor = static_cast<float>(g.norm_scale.item<double>() * g.norm_constant);
+  r.norm_eps = o.norm_eps;
+  if (g.gate_scale.defined()) r.scale = static_cast<float>(g.gate_scale.item<double>());
+  return l;
+}
+
+}  // namespace decoding
+
+using namespace decoding;
+
+struct DecodeEngine::Impl {
+  int64_t D, Hq, Hkv, Dh, V, max_len, slots;
+  double eps;
+  std::vector<Layer> layers;
+  const float* final_norm;
+  Matrix head;
+  at::Tensor embed, cos, sin;
+  std::vector<std::vector<std::vector<float>>> keys, values;  // [slot][layer]: [length, Hkv * Dh]
+  std::vector<int64_t> length;
+  // buffers for M <= slots rows, and for their P <= M * K routed pairs grouped by unit: rows_in
+  // [P, D], g and u [P, F] (the dense FFN's [M, F] too), part [P, D]; the shared expert's own
+  std::vector<float> x, h, q, k, v, att, y, logits, rows_in, g, u, part, shared_g, shared_u, shared_part;
+  std::vector<int64_t> pair_row, offsets;  // pairs of unit e: offsets[e] <= p < offsets[e + 1]
+  std::vector<float> pair_weight, score;
+  std::vector<int64_t> order;
+  std::vector<std::pair<int64_t, float>> picked;
+  std::vector<std::vector<std::pair<int64_t, float>>> by_unit;  // (row, weight) per routed unit
+  SpinBarrier barrier;
+
+  void run(const Team& team, const std::vector<int64_t>& at_slot, int64_t M, float* out);
+  void attention(const Team& team, const Layer& l, size_t layer, const std::vector<int64_t>& at_slot, int64_t M);
+  void attend(const Team& team, size_t layer, const std::vector<int64_t>& at_slot, int64_t M);
+  void feed_forward(const Team& team, const Layer& l, int64_t M);
+  void route(const Layer& l, int64_t M);
+  void rope(float* x, int64_t heads, int64_t pos) const;
+};
+
+std::string DecodeEngine::unsupported(TransformerLMImpl& model) {
+  for (const auto& p : model.parameters())
+    if ((p.scalar_type() != at::kFloat && p.scalar_type() != at::kBFloat16) || !p.is_cpu())
+      return fmt::format("weights in {} on {} (it computes in float32 on the CPU)", c10::toString(p.scalar_type()),
+                         p.device().str());
+  const auto& c = model.config();
+  if (c.head_width() % 2 || c.n_heads % c.n_kv_heads) return "this attention shape";
+  for (size_t i = 0; i < model.model->blocks.size(); ++i) {
+    auto& f = *model.model->blocks[i]->mlp;
+    std::string why;
+    if (auto* moe = dynamic_cast<MoEFeedForward*>(&f); moe && typeid(f) == typeid(MoEFeedForward))
+      why = moe_unsupported(*moe);
+    else if (typeid(f) != typeid(SwiGLU) && typeid(f) != typeid(GeluMLP))
+      why = "the FFN kind \"" + c.ffn + "\"";
+    if (!why.empty()) return fmt::format("block {}: {}", i, why);
+  }
+  return "";
+}
+
+DecodeEngine::DecodeEngine(TransformerLMImpl& model, int64_t slots) : impl_(std::make_unique<Impl>()) {
+  const auto why = unsupported(model);
+  TORCH_CHECK(why.empty(), "the decode engine does not run ", why);
+  const auto& c = model.config();
+  auto& s = *impl_;
+  s.D = c.d_model, s.Hq = c.n_heads, s.Hkv = c.n_kv_heads, s.Dh = c.head_width(), s.V = c.vocab_size;
+  s.max_len = c.max_seq_len, s.slots = slots, s.eps = c.norm_eps;
+  int64_t widest = 1, experts = 1, top_k = 1, shared = 1;
+  for (auto& block : model.model->blocks) {
+    auto& f = *block->mlp;
+    Layer l = typeid(f) == typeid(MoEFeedForward) ? moe_layer(static_cast<MoEFeedForward&>(f)) : dense_layer(f);
+    const auto& a = *block->self_attn;
+    l.norm_in = floats(block->input_layernorm->weight);
+    l.norm_post = floats(block->post_attention_layernorm->weight);
+    l.q = matrix(a.q_proj->weight, a.q_proj->bias), l.k = matrix(a.k_proj->weight, a.k_proj->bias);
+    l.v = matrix(a.v_proj->weight, a.v_proj->bias), l.o = matrix(a.o_proj->weight, a.o_proj->bias);
+    if (a.q_norm) l.q_norm = floats(a.q_norm->weight), l.k_norm = floats(a.k_norm->weight);
+    l.norm_per_head = a.norm_per_head;
+    for (auto& u : l.units) widest = std::max(widest, u.gate.N);
+    if (l.shared) shared = std::max(shared, l.shared->gate.N);
+    if (l.moe) top_k = std::max(top_k, l.router.top_k);
+    experts = std::max<int64_t>(experts, static_cast<int64_t>(l.units.size()));
+    s.layers.push_back(std::move(l));
+  }
+  s.final_norm = floats(model.model->norm->weight);
+  s.head = matrix(model.head_weight());
+  s.embed = model.model->embed_tokens->weight;
+  s.cos = model.rope().cos.contiguous(), s.sin = model.rope().sin.contiguous();
+  s.keys.assign(slots, std::vector<std::vector<float>>(s.layers.size()));
+  s.values = s.keys;
+  s.length.assign(slots, 0);
+  const int64_t M = slots, kv = s.Hkv * s.Dh, P = M * std::max<int64_t>(1, top_k);
+  for (auto* b : {&s.x, &s.h, &s.y}) b->resize(M * s.D);
+  for (auto* b : {&s.rows_in, &s.part}) b->resize(P * s.D);
+  s.q.resize(M * s.Hq * s.Dh), s.att.resize(M * s.Hq * s.Dh), s.k.resize(M * kv), s.v.resize(M * kv);
+  s.g.resize(P * widest), s.u.resize(P * widest), s.logits.resize(M * experts);
+  s.shared_g.resize(M * shared), s.shared_u.resize(M * shared), s.shared_part.resize(M * s.D);
+  s.score.resize(experts), s.order.resize(experts), s.by_unit.resize(experts), s.offsets.resize(experts + 1);
+}
+
+DecodeEngine::~DecodeEngine() = default;
+int64_t DecodeEngine::slots() const { return impl_->slots; }
+int64_t DecodeEngine::length(int64_t slot) const { return impl_->length.at(slot); }
+
+void DecodeEngine::clear(int64_t slot) {
+  auto& s = *impl_;
+  for (auto* cache : {&s.keys.at(slot), &s.values.at(slot)})
+    for (auto& layer : *cache) layer.clear();
+  s.length[slot] = 0;
+}
+
+void DecodeEngine::load(int64_t slot, const std::vector<LayerCache>& caches, int64_t row) {
+  auto& s = *impl_;
+  TORCH_CHECK(caches.size() == s.layers.size(), "decode engine: ", caches.size(), " layer caches for ", s.layers.size(),
+              " layers");
+  clear(slot);
+  for (size_t l = 0; l < caches.size(); ++l) {
+    auto take = [&](const at::Tensor& t_BHLDh, std::vector<float>& into) {  // -> [L, Hkv * Dh]
+      const auto t = t_BHLDh.select(0, row).transpose(0, 1).to(at::kFloat).contiguous();
+      into.assign(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    };
+    take(caches[l].k, s.keys[slot][l]);
+    take(caches[l].v, s.values[slot][l]);
+  }
+  s.length[slot] = caches.empty() ? 0 : caches[0].length();
+}
+
+// Hugging Face's rotate_half at position pos (RopeTable::apply): pairs (i, i + Dh/2) of each head
+void DecodeEngine::Impl::rope(float* x, int64_t heads, int64_t pos) const {
+  const double *c = cos.data_ptr<double>() + pos * Dh, *s = sin.data_ptr<double>() + pos * Dh;
+  const int64_t half = Dh / 2;
+  for (int64_t hd = 0; hd < heads; ++hd, x += Dh)
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * static_cast<float>(c[i]) - b * static_cast<float>(s[i]);
+      x[i + half] = b * static_cast<float>(c[i + half]) + a * static_cast<float>(s[i + half]);
+    }
+}
+
+// x += o(attention(rope(q), rope(k), v)) of rmsnorm(x); each row's keys and values appended to its slot
+void DecodeEngine::Impl::attention(const Team& team, const Layer& l, size_t layer, const std::vector<int64_t>& at_slot,
+                                   int64_t M) {
+  const int64_t qw = Hq * Dh, kv = Hkv * Dh;
+  if (team.lead())
+    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, l.norm_in, eps, &h[m * D]);
+  team.sync();
+  times(team, l.q, h.data(), M, q.data());
+  times(team, l.k, h.data(), M, k.data());
+  times(team, l.v, h.data(), M, v.data());
+  team.sync();
+  if (team.lead())
+    for (int64_t m = 0; m < M; ++m) {
+      float *qm = &q[m * qw], *km = &k[m * kv];
+      if (l.q_norm && l.norm_per_head) {
+        for (int64_t hd = 0; hd < Hq; ++hd) rms_norm(qm + hd * Dh, Dh, l.q_norm, eps, qm + hd * Dh);
+        for (int64_t hd = 0; hd < Hkv; ++hd) rms_norm(km + hd * Dh, Dh, l.k_norm, eps, km + hd * Dh);
+      } else if (l.q_norm) {
+        rms_norm(qm, qw, l.q_norm, eps, qm), rms_norm(km, kv, l.k_norm, eps, km);
+      }
+      const int64_t slot = at_slot[m], pos = length[slot];
+      rope(qm, Hq, pos), rope(km, Hkv, pos);
+      keys[slot][layer].insert(keys[slot][layer].end(), km, km + kv);
+      values[slot][layer].insert(values[slot][layer].end(), &v[m * kv], &v[m * kv] + kv);
+    }
+  team.sync();
+  attend(team, layer, at_slot, M);
+  team.sync();
+  times(team, l.o, att.data(), M, y.data());
+  team.sync();
+  if (team.lead())
+    for (int64_t i = 0; i < M * D; ++i) x[i] += y[i];
+}
+
+// att = softmax(q k^T / sqrt(Dh)) v per (row, head), over the row's own keys; query head h reads
+// kv head h / (Hq / Hkv)
+void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vector<int64_t>& at_slot, int64_t M) {
+  const int64_t qw = Hq * Dh, kv = Hkv * Dh;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  thread_local std::vector<float> p;
+  const auto [i0, i1] = team.share(M * Hq);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t m = i / Hq, hd = i % Hq, slot = at_slot[m], S = length[slot] + 1;
+    const float* qh = &q[m * qw + hd * Dh];
+    const float* key = keys[slot][layer].data() + hd / (Hq / Hkv) * Dh;
+    const float* value = values[slot][layer].data() + hd / (Hq / Hkv) * Dh;
+    p.resize(S);
+    float top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      float dot = 0;
+      for (int64_t d = 0; d < Dh; ++d) dot += qh[d] * key[j * kv + d];
+      top = std::max(top, p[j] = dot * scale);
+    }
+    for (int64_t j = 0; j < S; ++j) sum += p[j] = std::exp(p[j] - top);
+    float* out = &att[m * qw + hd * Dh];
+    std::fill(out, out + Dh, 0.0f);
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t d = 0; d < Dh; ++d) out[d] += p[j] / sum * value[j * kv + d];
+  }
+}
+
+// the router's pairs of the M rows of h grouped by unit (pair_row, pair_weight, offsets), their rows gathered
+void DecodeEngine::Impl::route(const Layer& l, int64_t M) {
+  const int64_t E = l.router.w.N;
+  times(Team{}, l.router.w, h.data(), M, logits.data());
+  for (auto& rows : by_unit) rows.clear();
+  for (int64_t m = 0; m < M; ++m) {
+    l.router.pick(&logits[m * E], score, order, picked);
+    for (auto [e, w] : picked) by_unit[e].emplace_back(m, w);
+  }
+  pair_row.clear(), pair_weight.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    offsets[e] = static_cast<int64_t>(pair_row.size());
+    for (auto [m, w] : by_unit[e]) {
+      std::copy_n(&h[m * D], D, &rows_in[static_cast<int64_t>(pair_row.size()) * D]);
+      pair_row.push_back(m), pair_weight.push_back(w);
+    }
+  }
+  offsets[E] = static_cast<int64_t>(pair_row.size());
+}
+
+// x += ffn(rmsnorm(x)): the dense FFN, or sum_k w_k expert_k (+ gate * shared expert), each chosen
+// expert run once on the rows that chose it
+void DecodeEngine::Impl::feed_forward(const Team& team, const Layer& l, int64_t M) {
+  if (team.lead()) {
+    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, l.norm_post, eps, &h[m * D]);
+    if (l.moe) route(l, M);
+  }
+  team.sync();
+  const int64_t E = l.moe ? l.router.w.N : 1;
+  auto rows = [&](int64_t e) { return l.moe ? offsets[e + 1] - offsets[e] : M; };
+  auto first = [&](int64_t e) { return l.moe ? offsets[e] : 0; };
+  const float* in = l.moe ? rows_in.data() : h.data();
+  float* out = l.moe ? part.data() : y.data();
+  const int64_t F = l.units[0].gate.N;
+  for (int64_t e = 0; e < E; ++e) {
+    if (rows(e) == 0) continue;
+    times(team, l.units[e].gate, in + first(e) * D, rows(e), &g[first(e) * F]);
+    if (l.units[e].up.N) times(team, l.units[e].up, in + first(e) * D, rows(e), &u[first(e) * F]);
+  }
+  const int64_t Fs = l.shared ? l.shared->gate.N : 0;
+  if (l.shared) {
+    times(team, l.shared->gate, h.data(), M, shared_g.data());
+    if (l.shared->up.N) times(team, l.shared->up, h.data(), M, shared_u.data());
+  }
+  team.sync();
+  activate(team, g.data(), l.units[0].up.N ? u.data() : nullptr, (l.moe ? offsets[E] : M) * F);
+  if (l.shared) activate(team, shared_g.data(), l.shared->up.N ? shared_u.data() : nullptr, M * Fs);
+  team.sync();
+  for (int64_t e = 0; e < E; ++e)
+    if (rows(e) > 0) times(team, l.units[e].down, &g[first(e) * F], rows(e), out + first(e) * D);
+  if (l.shared) times(team, l.shared->down, shared_g.data(), M, shared_part.data());
+  team.sync();
+  if (!team.lead()) return;
+  if (l.moe) {
+    std::fill(y.begin(), y.begin() + M * D, 0.0f);
+    for (size_t p = 0; p < pair_row.size(); ++p)
+      for (int64_t d = 0; d < D; ++d) y[pair_row[p] * D + d] += pair_weight[p] * part[p * D + d];
+  }
+  for (int64_t m = 0; l.shared && m < M; ++m) {
+    float gate = 1;
+    if (l.shared_gate.N > 0) {
+      times(Team{}, l.shared_gate, &h[m * D], 1, &gate);
+      gate = 1.0f / (1.0f + std::exp(-gate));
+    }
+    for (int64_t d = 0; d < D; ++d) y[m * D + d] += gate * shared_part[m * D + d];
+  }
+  for (int64_t i = 0; i < M * D; ++i) x[i] += y[i];
+}
+
+// every block, the final norm and the head on the M rows of x -> out [M, V]
+void DecodeEngine::Impl::run(const Team& team, const std::vector<int64_t>& at_slot, int64_t M, float* out) {
+  for (size_t l = 0; l < layers.size(); ++l) {
+    attention(team, layers[l], l, at_slot, M);
+    feed_forward(team, layers[l], M);
+  }
+  if (team.lead())
+    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, final_norm, eps, &h[m * D]);
+  team.sync();
+  times(team, head, h.data(), M, out);
+}
+
+at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::vector<int64_t>& tokens) {
+  auto& s = *impl_;
+  const auto M = static_cast<int64_t>(at_slot.size());
+  TORCH_CHECK(M > 0 && M <= s.slots && tokens.size() == at_slot.size(), "decode engine: ", M, " rows, ", tokens.size(),
+              " tokens, ", s.slots, " slots");
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t slot = at_slot[m];
+    TORCH_CHECK(slot >= 0 && slot < s.slots && std::count(at_slot.begin(), at_slot.end(), slot) == 1,
+                "decode engine: slot ", slot, " is not one of ", s.slots, " or is listed twice");
+    TORCH_CHECK(s.length[slot] < s.max_len, "sequence position ", s.length[slot], " reaches model.max_seq_len ",
+                s.max_len);
+    TORCH_CHECK(tokens[m] >= 0 && tokens[m] < s.V, "token id ", tokens[m], " outside the vocabulary of ", s.V);
+    if (s.embed.scalar_type() == at::kBFloat16) {  // bf16 rows widened: the top half of a float32
+      const auto* bits = reinterpret_cast<const uint16_t*>(s.embed.data_ptr<at::BFloat16>()) + tokens[m] * s.D;
+      for (int64_t d = 0; d < s.D; ++d) {
+        const uint32_t word = static_cast<uint32_t>(bits[d]) << 16;
+        std::memcpy(&s.x[m * s.D + d], &word, sizeof(float));
+      }
+    } else {
+      std::copy_n(s.embed.data_ptr<float>() + tokens[m] * s.D, s.D, &s.x[m * s.D]);
+    }
+  }
+  auto logits = at::empty({M, s.V}, at::TensorOptions().dtype(at::kFloat));
+  float* out = logits.data_ptr<float>();
+  const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  if (threads <= 1) {
+    s.run(Team{}, at_slot, M, out);
+  } else {
+#pragma omp parallel num_threads(threads)
+    s.run(Team{omp_get_thread_num(), omp_get_num_threads(), &s.barrier}, at_slot, M, out);
+  }
+  for (auto slot : at_slot) ++s.length[slot];
+  return logits;
+}
+
+}  // namespace mf

@@ -1,0 +1,176 @@
+// The decode engine (serve/decode_engine.h) against the modules: step by step its logits equal a
+// float64 copy of the model decoding through the modules' KV cache, for every block shape it runs
+// (dense SwiGLU/GELU, MoE with shared experts and their gate, expert biases, the three top-k
+// routers with selection bias, renormalisation and gate scale, q/k norms, GQA, tied heads, bf16
+// weights), with rows at different positions in one step; generation through it equals the
+// modules' token for token; what it does not run is named and left to the modules.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "model/weight_dtype.h"
+#include "serve/decode_engine.h"
+#include "serve/generate.h"
+#include "test_support.h"
+
+using namespace mf;
+
+namespace {
+
+ModelConfig engine_moe() {
+  auto c = test::small_moe(96, 32, 3, 8, 2, 24);
+  c.moe.layers = "first_dense:1";
+  c.moe.n_shared = 1;
+  c.moe.shared_gate = true;
+  c.qkv_bias = true;
+  c.qk_norm = "head";
+  c.max_seq_len = 64;
+  return c;
+}
+
+std::vector<std::pair<std::string, ModelConfig>> engine_cases() {
+  std::vector<std::pair<std::string, ModelConfig>> cases{
+      {"MoE, shared expert and gate, q/k norm per head, biases", engine_moe()}};
+  auto c = test::small_moe(96, 32, 2, 6, 3, 16);
+  c.moe.router = RouterKind::SigmoidTopK;
+  c.moe.bias_update = 1e-3;
+  c.moe.renormalize = false;
+  c.qk_norm = "full";
+  c.n_heads = 4, c.n_kv_heads = 1;
+  c.tie_embeddings = true;
+  cases.emplace_back("sigmoid router with selection bias, no renormalisation, q/k norm over the projection, tied", c);
+  c = test::small_moe(96, 32, 2, 8, 2, 16);
+  c.moe.router = RouterKind::NormTopK;
+  c.moe.gate_scale = 1.7;
+  c.moe.activation = Activation::GELU;
+  c.moe.expert_bias = true;
+  cases.emplace_back("norm router with gate scale, GELU experts with biases", c);
+  c = test::small_model(96, 32, 2, 4, 4);
+  c.ffn = "gelu";
+  c.o_bias = true;
+  cases.emplace_back("dense GELU, output bias", c);
+  for (auto& [name, cfg] : cases) cfg.max_seq_len = 64;
+  return cases;
+}
+
+// `m`'s weights (and buffers) in float64: the reference the engine is held to
+TransformerLM float64_copy(TransformerLM& m) {
+  TransformerLM ref(m->config());
+  torch::NoGradGuard g;
+  auto params = ref->named_parameters();
+  for (auto& p : m->named_parameters()) params[p.key()].copy_(p.value().to(at::kFloat));
+  auto buffers = ref->named_buffers();
+  for (auto& b : m->named_buffers()) buffers[b.key()].copy_(b.value());
+  ref->to(at::kDouble);
+  ref->eval();
+  return ref;
+}
+
+TransformerLM engine_model(const ModelConfig& c, bool bf16) {
+  TransformerLM m(c);
+  m->init_weights(3);
+  torch::NoGradGuard g;
+  for (auto& b : m->named_buffers())  // a selection bias that matters
+    if (b.key().find("selection_bias") != std::string::npos) b.value().normal_(0, 0.05);
+  if (bf16) hold_weights(*m, at::kBFloat16);
+  m->eval();
+  return m;
+}
+
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST(DecodeEngine, LogitsEqualTheModulesInFloat64StepByStepWithRowsAtTheirOwnPositions) {
+  const int threads = at::get_num_threads();
+  for (const auto& [name, c] : engine_cases())
+    for (int team : {1, 2})  // one thread, and threads sharing every product
+      for (bool bf16 : {false, true}) {
+        at::set_num_threads(team);
+        SCOPED_TRACE(fmt::format("{}, {} weights, {} threads", name, bf16 ? "bf16" : "float32", team));
+        ASSERT_EQ(DecodeEngine::unsupported(*engine_model(c, bf16)), "");
+        auto m = engine_model(c, bf16);
+        auto ref = float64_copy(m);
+        torch::NoGradGuard g;
+        // row 0 starts from a 5-token prompt, row 1 from a 2-token one: different positions in every step
+        const std::vector<std::vector<int64_t>> prompts = {{3, 14, 15, 92, 6}, {53, 5}};
+        DecodeEngine engine(*m, 3);
+        std::vector<std::vector<LayerCache>> ref_caches(2);
+        for (int64_t r = 0; r < 2; ++r) {
+          std::vector<LayerCache> caches;
+          AuxLosses aux;
+          auto ids = torch::tensor(prompts[r], torch::kLong).view({1, -1});
+          m->forward(ids, aux, &caches);
+          engine.load(2 - r, caches, 0);  // slots 2 and 1
+          ref->forward(ids, aux, &ref_caches[r]);
+          EXPECT_EQ(engine.length(2 - r), static_cast<int64_t>(prompts[r].size()));
+        }
+        for (int64_t t = 0; t < 6; ++t) {
+          const std::vector<int64_t> tokens = {(7 * t + 1) % 96, (11 * t + 40) % 96};
+          const auto got = engine.step({2, 1}, tokens);
+          ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 96}));
+          for (int64_t r = 0; r < 2; ++r) {
+            AuxLosses aux;
+            auto want = ref->forward(torch::tensor({tokens[r]}, torch::kLong).view({1, 1}), aux, &ref_caches[r]);
+            EXPECT_LT(rel_diff(got[r], want.view({96})), 2e-5) << "row " << r << " step " << t;
+          }
+        }
+        EXPECT_EQ(engine.length(2), 11);
+        EXPECT_EQ(engine.length(0), 0);
+      }
+  at::set_num_threads(threads);
+}
+
+TEST(DecodeEngine, GenerationEqualsTheModulesTokenForToken) {
+  for (const auto& [name, c] : engine_cases()) {
+    SCOPED_TRACE(name);
+    auto m = engine_model(c, false);
+    SamplingOptions o;
+    o.temperature = 0;
+    o.max_tokens = 12;
+    const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {9, 8, 7}, {40, 41, 42}};
+    EXPECT_EQ(generate_batch(m, prompts, o, DecodePath::Engine), generate_batch(m, prompts, o, DecodePath::Modules));
+  }
+}
+
+TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
+  auto c = engine_moe();
+  c.moe.capacity_factor = 1.0;
+  TransformerLM capped(c);
+  EXPECT_NE(DecodeEngine::unsupported(*capped).find("block 1: an expert capacity limit"), std::string::npos)
+      << DecodeEngine::unsupported(*capped);
+  SamplingOptions o;
+  o.temperature = 0;
+  o.max_tokens = 4;
+  EXPECT_THROW(generate(capped, {1, 2}, o, DecodePath::Engine), ConfigError);
+  EXPECT_EQ(generate(capped, {1, 2}, o).size(), 4u);  // Auto: the modules
+
+  c = engine_moe();
+  c.moe.router = RouterKind::TopP;
+  EXPECT_NE(DecodeEngine::unsupported(*TransformerLM(c)).find("router"), std::string::npos);
+  for (auto method : {"intb", "latent"}) {  // another FFN kind; an extension of the MoE slot
+    Config cfg = load_config(test::source_dir() + "/configs/repro/" + method + ".toml");
+    cfg.model.vocab_size = 96;
+    EXPECT_NE(DecodeEngine::unsupported(*TransformerLM(cfg.model)), "") << method;
+  }
+  TransformerLM wide(engine_moe());
+  wide->to(at::kDouble);
+  EXPECT_NE(DecodeEngine::unsupported(*wide).find("Double"), std::string::npos) << DecodeEngine::unsupported(*wide);
+}
+
+TEST(DecodeEngine, RefusesSlotsTwiceTokensOutsideTheVocabularyAndFullContexts) {
+  auto c = engine_moe();
+  c.max_seq_len = 4;
+  auto m = engine_model(c, false);
+  DecodeEngine engine(*m, 2);
+  EXPECT_THROW(engine.step({0, 0}, {1, 2}), c10::Error);
+  EXPECT_THROW(engine.step({2}, {1}), c10::Error);
+  EXPECT_THROW(engine.step({0}, {96}), c10::Error);
+  for (int i = 0; i < 4; ++i) engine.step({1}, {5});
+  EXPECT_THROW(engine.step({1}, {5}), c10::Error);
+  engine.clear(1);
+  EXPECT_EQ(engine.step({1}, {5}).size(1), 96);
+}
