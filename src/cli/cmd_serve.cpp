@@ -37,7 +37,13 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--max-batch", opt.max_batch, "requests decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  sv->add_option("--batch-window-ms", opt.batch_window_ms, "how long a request waits for others to batch with")
+  sv->add_option("--batching", opt.batching,
+                 "continuous: a request joins the rows decoding at the next step (where the decode engine runs the "
+                 "model); static: requests that wait together decode together, later ones wait for the batch")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"continuous", "static"}));
+  sv->add_option("--batch-window-ms", opt.batch_window_ms,
+                 "static batching: how long a request waits for others to batch with")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
   sv->add_option("--max-body", opt.max_body, "largest request body in bytes (larger: 413)")->capture_default_str();

@@ -25,12 +25,35 @@ size_t complete_utf8(const std::string& s) {
   return n;
 }
 
+std::unique_ptr<DecodeStream> make_stream(const TransformerLM& model, int64_t max_batch, bool continuous) {
+  if (!continuous) return nullptr;
+  try {
+    return std::make_unique<DecodeStream>(model, max_batch);
+  } catch (const ConfigError& e) {
+    spdlog::warn("static batches: {}", e.what());
+    return nullptr;
+  }
+}
+
+// The job's end: its finish reason, the rest of its text released, its handler woken.
+void finish(Job& job, const std::string& error) {
+  std::lock_guard<std::mutex> lock(job.m);
+  if (!job.done) job.finish_reason = job.tokens >= job.opt.max_tokens ? "length" : "stop";
+  job.done = true;
+  job.ready = job.text.size();
+  job.error = error;
+  job.cv.notify_all();
+}
+
 }  // namespace
 
-Batcher::Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms)
-    : model_(std::move(model)), tokenizer_(tokenizer), max_batch_(max_batch), window_ms_(window_ms), thread_([this] {
-        loop();
-      }) {}
+Batcher::Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms, bool continuous)
+    : model_(std::move(model)),
+      tokenizer_(tokenizer),
+      max_batch_(max_batch),
+      window_ms_(window_ms),
+      stream_(make_stream(model_, max_batch, continuous)),
+      thread_([this] { loop(); }) {}
 
 Batcher::~Batcher() { stop(); }
 
@@ -66,6 +89,7 @@ BatcherStats Batcher::stats() const {
 }
 
 void Batcher::loop() {
+  if (stream_) return loop_continuous();
   for (;;) {
     std::vector<std::shared_ptr<Job>> taken;
     {
@@ -86,16 +110,18 @@ void Batcher::loop() {
   }
 }
 
+DecodeRow Batcher::row_for(Job& job) {
+  Job* j = &job;
+  return {j->prompt, j->opt, [this, j](int id) {
+            on_token(*j, id);
+            std::lock_guard<std::mutex> lock(j->m);
+            return !j->done && !j->cancelled;
+          }};
+}
+
 void Batcher::decode(std::vector<std::shared_ptr<Job>>& group) {
   std::vector<DecodeRow> rows;
-  for (auto& job : group) {
-    Job* j = job.get();
-    rows.push_back({j->prompt, j->opt, [this, j](int id) {
-                      on_token(*j, id);
-                      std::lock_guard<std::mutex> lock(j->m);
-                      return !j->done && !j->cancelled;
-                    }});
-  }
+  for (auto& job : group) rows.push_back(row_for(*job));
   std::string error;
   try {
     decode_rows(model_, rows);
@@ -116,17 +142,60 @@ void Batcher::decode(std::vector<std::shared_ptr<Job>>& group) {
     stats_.rows += static_cast<int64_t>(group.size());
     stats_.tokens += tokens;
   }
-  for (auto& job : group) {
-    std::lock_guard<std::mutex> lock(job->m);
-    if (!job->done) job->finish_reason = job->tokens >= job->opt.max_tokens ? "length" : "stop";
-    job->done = true;
-    job->ready = job->text.size();
-    job->error = error;
-    job->cv.notify_all();
+  for (auto& job : group) finish(*job, error);
+}
+
+// Waiting requests join at the next step while there is room; after a stop, the rows in flight
+// decode to their end and nothing joins.
+void Batcher::loop_continuous() {
+  std::map<int64_t, std::shared_ptr<Job>> live;  // the stream's row ids
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> taken;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      if (live.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && live.empty()) return;
+      while (!stopping_ && !queue_.empty() && static_cast<int64_t>(live.size() + taken.size()) < max_batch_) {
+        if (!queue_.front()->cancelled) taken.push_back(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    for (auto& job : taken) {
+      try {
+        live[stream_->add(row_for(*job))] = job;
+      } catch (const std::exception& e) {
+        spdlog::error("the prompt of a request failed: {}", e.what());
+        finish(*job, e.what());
+      }
+    }
+    if (live.empty()) continue;
+    std::vector<int64_t> ended;
+    std::string error;
+    step_tokens_ = 0;
+    try {
+      ended = stream_->step();
+    } catch (const std::exception& e) {  // every row in flight fails; the stream starts afresh
+      error = e.what();
+      spdlog::error("a decode step of {} rows failed: {}", live.size(), error);
+      for (auto& [id, job] : live) ended.push_back(id);
+      stream_ = std::make_unique<DecodeStream>(model_, max_batch_);
+    }
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stats_.batches += taken.empty() ? 0 : 1;
+      stats_.steps += 1;
+      stats_.rows += static_cast<int64_t>(live.size());
+      stats_.tokens += step_tokens_;
+    }
+    for (auto id : ended) {
+      finish(*live.at(id), error);
+      live.erase(id);
+    }
   }
 }
 
 void Batcher::on_token(Job& job, int id) {
+  ++step_tokens_;
   std::lock_guard<std::mutex> lock(job.m);
   job.ids.push_back(id);
   job.tokens += 1;

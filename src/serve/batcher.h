@@ -1,8 +1,9 @@
-// The server's decoding thread: completions submitted from any thread are decoded in batches
-// (decode_rows) by one thread that owns the model. Requests that wait together and have prompts
-// of one length share a batch and a KV cache; a row that finishes leaves its batch at once.
-// Not continuous batching: a request that arrives while a batch decodes waits for it, because
-// the attention takes one position offset per batch (docs/benchmarks.md, serving).
+// The server's decoding thread: completions submitted from any thread are decoded by one thread
+// that owns the model. Continuous batching (the default where the decode engine runs the model):
+// a request joins the rows decoding at the next step, each row at its own position, and a row
+// that ends frees its place at once (serve/decode_stream.h). Static batching (`--batching static`,
+// and models the engine does not run): requests that wait together and have prompts of one length
+// share a batch (decode_rows); one that arrives while a batch decodes waits for it.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "serve/decode_stream.h"
 #include "serve/generate.h"
 
 namespace mf {
@@ -43,15 +45,20 @@ struct BatcherStats {
 class Batcher {
  public:
   // window_ms: how long the first waiting request waits for others to share its batch
-  Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms);
+  // continuous: rows join between steps where the decode engine runs the model (else static, logged)
+  Batcher(TransformerLM model, const Tokenizer& tokenizer, int64_t max_batch, int64_t window_ms,
+          bool continuous = true);
   ~Batcher();
   void submit(const std::shared_ptr<Job>& job);
   void stop();  // finishes the batch in progress, fails the waiting jobs, joins
   BatcherStats stats() const;
+  bool continuous() const { return stream_ != nullptr; }
 
  private:
   void loop();
+  void loop_continuous();
   void decode(std::vector<std::shared_ptr<Job>>& group);
+  DecodeRow row_for(Job& job);
   void on_token(Job& job, int id);
 
   TransformerLM model_;
@@ -62,6 +69,8 @@ class Batcher {
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
   BatcherStats stats_;
+  std::unique_ptr<DecodeStream> stream_;  // continuous batching; null: static batches
+  int64_t step_tokens_ = 0;               // tokens picked in the current step (the decoding thread's)
   std::thread thread_;
 };
 

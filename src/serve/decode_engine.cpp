@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -258,6 +259,8 @@ std::string DecodeEngine::unsupported(TransformerLMImpl& model) {
     if ((p.scalar_type() != at::kFloat && p.scalar_type() != at::kBFloat16) || !p.is_cpu())
       return fmt::format("weights in {} on {} (it computes in float32 on the CPU)", c10::toString(p.scalar_type()),
                          p.device().str());
+    else if (!p.is_contiguous())
+      return "a weight stored with strides (" + fmt::format("{}", fmt::join(p.sizes(), " x ")) + ")";
   const auto& c = model.config();
   if (c.head_width() % 2 || c.n_heads % c.n_kv_heads) return "this attention shape";
   for (size_t i = 0; i < model.model->blocks.size(); ++i) {

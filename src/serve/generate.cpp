@@ -19,21 +19,14 @@ at::Tensor top_p_filter(const at::Tensor& probs, double top_p) {
   return filtered / filtered.sum(-1, true);
 }
 
-namespace {
-
-// The next token of one row from its last logits [V]. Below kGreedyBelow the temperature's limit
-// T -> 0, greedy, is taken: logits / T would overflow (5e-324 makes every logit infinite).
-int64_t pick(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen) {
+// Below kGreedyBelow the temperature's limit T -> 0, greedy, is taken: logits / T would overflow
+// (5e-324 makes every logit infinite).
+int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen) {
   if (opt.temperature < kGreedyBelow) return logits_V.argmax().item<int64_t>();
   auto probs = top_p_filter(torch::softmax(logits_V / opt.temperature, -1), opt.top_p);
   return torch::multinomial(probs, 1, false, gen).item<int64_t>();
 }
 
-}  // namespace
-
-namespace {
-
-// The prompts' contexts (truncated to the context, one length) as one [rows, length] batch.
 at::Tensor prompt_batch(const std::vector<DecodeRow>& rows, int64_t max_len) {
   std::vector<int64_t> flat;
   size_t length = 0;
@@ -49,6 +42,8 @@ at::Tensor prompt_batch(const std::vector<DecodeRow>& rows, int64_t max_len) {
   }
   return torch::tensor(flat, torch::kLong).view({static_cast<int64_t>(rows.size()), -1});
 }
+
+namespace {
 
 bool runs_engine(TransformerLMImpl& model, DecodePath path) {
   if (path == DecodePath::Modules) return false;
@@ -117,7 +112,7 @@ void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath 
     std::vector<int64_t> kept, next;
     for (size_t i = 0; i < live.size(); ++i) {
       auto& row = rows[live[i]];
-      const auto id = pick(last[static_cast<int64_t>(i)], row.opt, gens[live[i]]);
+      const auto id = pick_token(last[static_cast<int64_t>(i)], row.opt, gens[live[i]]);
       if (id == row.opt.stop_token) continue;
       const bool more = row.on_token(static_cast<int>(id));
       if (more && ++produced[live[i]] < row.opt.max_tokens) {

@@ -46,6 +46,12 @@ std::vector<int> generate(TransformerLM& model, const std::vector<int>& prompt, 
 std::vector<std::vector<int>> generate_batch(TransformerLM& model, const std::vector<std::vector<int>>& prompts,
                                              const SamplingOptions& opt, DecodePath path = DecodePath::Auto);
 
+// The next token of a row from its last logits [V], by its options and generator.
+int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen);
+// The rows' prompts as decode_rows feeds them, [rows, length]: truncated to the last max_len - 1
+// tokens, an empty one replaced by the stop token (or 0); throws when their lengths differ.
+at::Tensor prompt_batch(const std::vector<DecodeRow>& rows, int64_t max_len);
+
 // Keeps the smallest set of most probable tokens whose mass reaches top_p; renormalizes.
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p);
 

@@ -204,7 +204,8 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
   s.tokenizer = std::make_unique<Tokenizer>(s.loaded.tokenizer);
   s.token_bytes = prompt_bytes_per_token(*s.tokenizer);
   s.name = opt.model_name.empty() ? s.loaded.cfg.run.name : opt.model_name;
-  s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch, opt.batch_window_ms);
+  s.batcher = std::make_unique<Batcher>(s.loaded.model, *s.tokenizer, opt.max_batch, opt.batch_window_ms,
+                                        opt.batching == "continuous");
   const auto connections = static_cast<size_t>(opt.max_connections);
   s.http.new_task_queue = [connections] { return new ConnectionThreads(connections); };
   // One request per connection: httplib 0.11 reads ahead into a buffer it drops after each
@@ -224,6 +225,7 @@ CompletionServer::CompletionServer(LoadedModel model, const ServeOptions& opt) :
          {"batches", st.batches},
          {"tokens", st.tokens},
          {"steps", st.steps},
+         {"batching", s_->batcher->continuous() ? "continuous" : "static"},
          {"mean_rows_per_step", st.steps ? static_cast<double>(st.tokens) / static_cast<double>(st.steps) : 0.0}});
   });
   s.http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

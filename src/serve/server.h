@@ -13,12 +13,13 @@ namespace mf {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;              // 0: any free port (see CompletionServer::port)
-  int max_connections = 256;    // served at once, a thread each; more wait for a thread
-  int64_t max_batch = 16;       // rows decoded together
-  int64_t batch_window_ms = 5;  // a request waits this long for others to batch with
-  size_t max_body = 1 << 20;    // bytes; a larger request gets 413
-  std::string model_name;       // "" = the run name
+  int port = 8080;                      // 0: any free port (see CompletionServer::port)
+  int max_connections = 256;            // served at once, a thread each; more wait for a thread
+  int64_t max_batch = 16;               // rows decoded together
+  int64_t batch_window_ms = 5;          // static batching: a request waits this long for others to batch with
+  std::string batching = "continuous";  // or "static" (serve/batcher.h)
+  size_t max_body = 1 << 20;            // bytes; a larger request gets 413
+  std::string model_name;               // "" = the run name
 };
 
 class CompletionServer {

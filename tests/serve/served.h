@@ -39,10 +39,12 @@ inline LoadedModel tiny_lm() {
 }
 
 struct Served {
-  explicit Served(size_t max_body = 1 << 20) : loaded(tiny_lm()), tok(loaded.tokenizer) {
+  explicit Served(size_t max_body = 1 << 20, const std::string& batching = "continuous")
+      : loaded(tiny_lm()), tok(loaded.tokenizer) {
     ServeOptions o;
     o.port = 0;
     o.max_body = max_body;
+    o.batching = batching;
     server = std::make_unique<CompletionServer>(loaded, o);
     thread = std::thread([this] { server->run(); });
   }

@@ -3,7 +3,8 @@
 // (dense SwiGLU/GELU, MoE with shared experts and their gate, expert biases, the three top-k
 // routers with selection bias, renormalisation and gate scale, q/k norms, GQA, tied heads, bf16
 // weights), with rows at different positions in one step; generation through it equals the
-// modules' token for token; what it does not run is named and left to the modules.
+// modules' token for token; what it does not run is named and left to the modules. The decode
+// stream (continuous batching): rows that join and leave between steps get generate()'s tokens.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "core/config.h"
 #include "model/weight_dtype.h"
 #include "serve/decode_engine.h"
+#include "serve/decode_stream.h"
 #include "serve/generate.h"
 #include "test_support.h"
 
@@ -173,4 +175,56 @@ TEST(DecodeEngine, RefusesSlotsTwiceTokensOutsideTheVocabularyAndFullContexts) {
   EXPECT_THROW(engine.step({1}, {5}), c10::Error);
   engine.clear(1);
   EXPECT_EQ(engine.step({1}, {5}).size(1), 96);
+}
+
+TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) {
+  auto m = engine_model(engine_moe(), false);
+  struct Want {
+    std::vector<int> prompt;
+    SamplingOptions opt;
+    int64_t joins_after;  // steps before it is added
+  };
+  std::vector<Want> wants;
+  for (int r = 0; r < 6; ++r) {
+    SamplingOptions o;
+    o.max_tokens = 4 + 3 * r;
+    o.temperature = r % 2 ? 0.9 : 0.0;
+    o.seed = 100 + r;
+    std::vector<int> prompt;
+    for (int t = 0; t <= r % 4 + 1; ++t) prompt.push_back((13 * r + 5 * t + 2) % 96);
+    wants.push_back({prompt, o, 2 * r});
+  }
+  wants[3].opt.max_tokens = 0;  // ends unread
+  const auto free_run = generate(m, wants[4].prompt, wants[4].opt);
+  wants[4].opt.stop_token = free_run.at(2);  // ends at its stop token
+  std::vector<std::vector<int>> got(wants.size());
+  DecodeStream stream(m, 3);
+  std::vector<int64_t> ids(wants.size(), -1);
+  std::vector<bool> ended(wants.size(), false);
+  size_t next = 0;
+  for (int64_t step = 0; next < wants.size() || !stream.empty(); ++step) {
+    while (next < wants.size() && wants[next].joins_after <= step && stream.has_room()) {
+      ids[next] = stream.add({wants[next].prompt, wants[next].opt, [&got, next](int id) {
+                                got[next].push_back(id);
+                                return next != 5 || got[next].size() < 3;  // row 5 hangs up after 3 tokens
+                              }});
+      ++next;
+    }
+    EXPECT_LE(stream.size(), 3);
+    for (auto id : stream.step())
+      for (size_t r = 0; r < wants.size(); ++r)
+        if (ids[r] == id) ended[r] = true;
+    ASSERT_LT(step, 200) << "the stream does not end";
+  }
+  for (size_t r = 0; r < wants.size(); ++r) {
+    auto single = wants[r].opt;
+    if (r == 5) single.max_tokens = 3;
+    EXPECT_TRUE(ended[r]) << "row " << r;
+    EXPECT_EQ(got[r], generate(m, wants[r].prompt, single)) << "row " << r;
+  }
+  EXPECT_TRUE(got[3].empty());
+  EXPECT_EQ(got[5].size(), 3u);
+  auto capped = engine_moe();
+  capped.moe.capacity_factor = 1;
+  EXPECT_THROW(DecodeStream(TransformerLM(capped), 2), ConfigError);
 }

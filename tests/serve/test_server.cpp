@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -98,33 +99,61 @@ TEST(Completions, StopStringsCutAndHoldBack) {
 }
 
 TEST(Server, SixteenConcurrentClientsGetCompleteCorrectAnswers) {
+  for (auto batching : {"continuous", "static"}) {
+    SCOPED_TRACE(batching);
+    Served s(1 << 20, batching);
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 16; ++i)  // pairs of equal token length share static batches
+      prompts.push_back(std::string(i % 2 ? "The cat " : "A dog ") + std::to_string(i % 4));
+    std::vector<std::string> expect;
+    for (auto& p : prompts) expect.push_back(s.reference(p, 12));
+    std::vector<std::string> got(prompts.size());
+    std::vector<int> status(prompts.size(), 0);
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      clients.emplace_back([&, i] {
+        auto c = s.client();
+        const bool stream = i % 3 == 0;
+        auto res = c.Post("/v1/completions", body(prompts[i], 12, stream).dump(), "application/json");
+        if (!res) return;
+        status[i] = res->status;
+        got[i] = stream ? read_stream(res->body).first
+                        : nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>();
+      });
+    for (auto& t : clients) t.join();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(status[i], 200) << "client " << i;
+      EXPECT_EQ(got[i], expect[i]) << "client " << i << " prompt '" << prompts[i] << "'";
+    }
+    auto health = nlohmann::json::parse(s.client().Get("/health")->body);
+    EXPECT_GT(health["tokens"].get<int64_t>(), 0);
+    EXPECT_EQ(health["batching"], batching);
+    std::cout << batching << ": batches " << health["batches"] << ", mean rows per step "
+              << health["mean_rows_per_step"] << "\n";
+  }
+}
+
+// Continuous batching: requests arriving while others decode join them at the next step (prompts
+// of different lengths, sampled with their own seeds) and get what generate() gives each alone.
+TEST(Server, StaggeredArrivalsGetGenerateTokensWhateverTheyShareStepsWith) {
   Served s;
-  std::vector<std::string> prompts;
-  for (int i = 0; i < 16; ++i)  // pairs of equal token length share batches
-    prompts.push_back(std::string(i % 2 ? "The cat " : "A dog ") + std::to_string(i % 4));
-  std::vector<std::string> expect;
-  for (auto& p : prompts) expect.push_back(s.reference(p, 12));
+  const std::vector<std::string> prompts = {"Once upon a time",        "The", "A dog ran",
+                                            "In the beginning of the", "Hi",  "The cat sat on the mat and"};
   std::vector<std::string> got(prompts.size());
-  std::vector<int> status(prompts.size(), 0);
   std::vector<std::thread> clients;
   for (size_t i = 0; i < prompts.size(); ++i)
     clients.emplace_back([&, i] {
-      auto c = s.client();
-      const bool stream = i % 3 == 0;
-      auto res = c.Post("/v1/completions", body(prompts[i], 12, stream).dump(), "application/json");
-      if (!res) return;
-      status[i] = res->status;
-      got[i] = stream ? read_stream(res->body).first
-                      : nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(40 * i));
+      auto b = body(prompts[i], 24);
+      b["temperature"] = 0.8, b["seed"] = 10 + i;
+      auto res = s.client().Post("/v1/completions", b.dump(), "application/json");
+      if (res && res->status == 200) got[i] = nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>();
     });
   for (auto& t : clients) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(status[i], 200) << "client " << i;
-    EXPECT_EQ(got[i], expect[i]) << "client " << i << " prompt '" << prompts[i] << "'";
+    SamplingOptions o{24, 0.8, 1.0, 10 + i, s.tok.eos_id()};
+    EXPECT_EQ(got[i], s.tok.decode(generate(s.loaded.model, s.tok.encode(prompts[i]), o))) << "client " << i;
   }
-  auto health = nlohmann::json::parse(s.client().Get("/health")->body);
-  EXPECT_GT(health["tokens"].get<int64_t>(), 0);
-  std::cout << "batches " << health["batches"] << ", mean rows per step " << health["mean_rows_per_step"] << "\n";
 }
 
 TEST(Server, GreedyEqualsGenerateTokenForToken) {
