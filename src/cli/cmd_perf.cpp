@@ -79,6 +79,8 @@ void add_serve_bench(CLI::App* bench) {
   static std::string serve_source = "configs/quickstart.toml", serve_json;
   static std::vector<int64_t> serve_clients = {1, 4, 16};
   static int64_t serve_requests = 4, serve_tokens = 32;
+  static double serve_arrivals = 2;
+  static std::vector<std::string> serve_batching = {"continuous", "static"};
   sv->add_option("source", serve_source, "a TOML config (random weights of that shape) or a checkpoint")
       ->capture_default_str();
   sv->add_option("--clients", serve_clients, "concurrent clients, one round each")
@@ -89,14 +91,23 @@ void add_serve_bench(CLI::App* bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sv->add_option("--tokens", serve_tokens, "max_tokens per request")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--arrivals-s", serve_arrivals,
+                 "each client's first request waits a delay drawn uniformly below this (seeded; 0: all at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600.0));
+  sv->add_option("--batching", serve_batching, "the server's batching, each timed (continuous, static)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"continuous", "static"}));
   sv->add_option("--threads", sv_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   sv->add_option("--json", serve_json, "also write the results as JSON");
   sv->callback([sv_t] {
     set_compute_threads(sv_t->threads);
-    const auto table = serve_bench_table(bench_serve(serve_source, serve_clients, serve_requests, serve_tokens));
+    const auto table = serve_bench_table(
+        bench_serve(serve_source, serve_clients, serve_requests, serve_tokens, serve_arrivals, serve_batching));
     std::cout << table.text();
-    std::cout << fmt::format("{} on loopback, {} threads, temperature 0.8, {} tokens per request\n", serve_source,
-                             sv_t->threads, serve_tokens);
+    std::cout << fmt::format(
+        "{} on loopback, {} threads, temperature 0.8, {} tokens per request, first requests spread over {} s\n",
+        serve_source, sv_t->threads, serve_tokens, serve_arrivals);
     if (!serve_json.empty()) write_file_atomic(serve_json, table.json().dump(2) + "\n");
   });
 }
