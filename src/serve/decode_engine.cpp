@@ -228,7 +228,7 @@ Layer moe_layer(MoEFeedForward& f) {
 using namespace decoding;
 
 struct DecodeEngine::Impl {
-  int64_t D, Hq, Hkv, Dh, V, max_len, slots;
+  int64_t D, Hq, Hkv, Dh, V, max_len, slots, rows;  // rows: the most a step takes
   double eps;
   std::vector<Layer> layers;
   const float* final_norm;
@@ -236,9 +236,10 @@ struct DecodeEngine::Impl {
   at::Tensor embed, cos, sin;
   std::vector<std::vector<std::vector<float>>> keys, values;  // [slot][layer]: [length, Hkv * Dh]
   std::vector<int64_t> length;
-  // buffers for M <= slots rows, and for their P <= M * K routed pairs grouped by unit: rows_in
+  std::vector<int64_t> pos, last;  // the step's rows' positions; the rows whose logits it returns
+  // buffers for M <= rows rows, and for their P <= M * K routed pairs grouped by unit: rows_in
   // [P, D], g and u [P, F] (the dense FFN's [M, F] too), part [P, D]; the shared expert's own
-  std::vector<float> x, h, q, k, v, att, y, logits, rows_in, g, u, part, shared_g, shared_u, shared_part;
+  std::vector<float> x, h, h_last, q, k, v, att, y, logits, rows_in, g, u, part, shared_g, shared_u, shared_part;
   std::vector<int64_t> pair_row, offsets;  // pairs of unit e: offsets[e] <= p < offsets[e + 1]
   std::vector<float> pair_weight, score;
   std::vector<int64_t> order;
@@ -306,8 +307,9 @@ DecodeEngine::DecodeEngine(TransformerLMImpl& model, int64_t slots) : impl_(std:
   s.keys.assign(slots, std::vector<std::vector<float>>(s.layers.size()));
   s.values = s.keys;
   s.length.assign(slots, 0);
-  const int64_t M = slots, kv = s.Hkv * s.Dh, P = M * std::max<int64_t>(1, top_k);
-  for (auto* b : {&s.x, &s.h, &s.y}) b->resize(M * s.D);
+  s.rows = slots + kPrefillRows;
+  const int64_t M = s.rows, kv = s.Hkv * s.Dh, P = M * std::max<int64_t>(1, top_k);
+  for (auto* b : {&s.x, &s.h, &s.h_last, &s.y}) b->resize(M * s.D);
   for (auto* b : {&s.rows_in, &s.part}) b->resize(P * s.D);
   s.q.resize(M * s.Hq * s.Dh), s.att.resize(M * s.Hq * s.Dh), s.k.resize(M * kv), s.v.resize(M * kv);
   s.g.resize(P * widest), s.u.resize(P * widest), s.logits.resize(M * experts);
@@ -316,6 +318,16 @@ DecodeEngine::DecodeEngine(TransformerLMImpl& model, int64_t slots) : impl_(std:
 }
 
 DecodeEngine::~DecodeEngine() = default;
+
+at::Tensor DecodeEngine::prefill(int64_t slot, const std::vector<int64_t>& tokens) {
+  TORCH_CHECK(!tokens.empty(), "decode engine: an empty prompt");
+  at::Tensor logits;
+  for (size_t at = 0; at < tokens.size(); at += kPrefillRows) {
+    const auto n = std::min(tokens.size() - at, static_cast<size_t>(kPrefillRows));
+    logits = step(std::vector<int64_t>(n, slot), {tokens.begin() + at, tokens.begin() + at + n});
+  }
+  return logits[0];
+}
 int64_t DecodeEngine::slots() const { return impl_->slots; }
 int64_t DecodeEngine::length(int64_t slot) const { return impl_->length.at(slot); }
 
@@ -374,8 +386,8 @@ void DecodeEngine::Impl::attention(const Team& team, const Layer& l, size_t laye
       } else if (l.q_norm) {
         rms_norm(qm, qw, l.q_norm, eps, qm), rms_norm(km, kv, l.k_norm, eps, km);
       }
-      const int64_t slot = at_slot[m], pos = length[slot];
-      rope(qm, Hq, pos), rope(km, Hkv, pos);
+      const int64_t slot = at_slot[m];
+      rope(qm, Hq, pos[m]), rope(km, Hkv, pos[m]);
       keys[slot][layer].insert(keys[slot][layer].end(), km, km + kv);
       values[slot][layer].insert(values[slot][layer].end(), &v[m * kv], &v[m * kv] + kv);
     }
@@ -396,7 +408,7 @@ void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vecto
   thread_local std::vector<float> p;
   const auto [i0, i1] = team.share(M * Hq);
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t m = i / Hq, hd = i % Hq, slot = at_slot[m], S = length[slot] + 1;
+    const int64_t m = i / Hq, hd = i % Hq, slot = at_slot[m], S = pos[m] + 1;
     const float* qh = &q[m * qw + hd * Dh];
     const float* key = keys[slot][layer].data() + hd / (Hq / Hkv) * Dh;
     const float* value = values[slot][layer].data() + hd / (Hq / Hkv) * Dh;
@@ -491,23 +503,24 @@ void DecodeEngine::Impl::run(const Team& team, const std::vector<int64_t>& at_sl
     feed_forward(team, layers[l], M);
   }
   if (team.lead())
-    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, final_norm, eps, &h[m * D]);
+    for (size_t i = 0; i < last.size(); ++i) rms_norm(&x[last[i] * D], D, final_norm, eps, &h_last[i * D]);
   team.sync();
-  times(team, head, h.data(), M, out);
+  times(team, head, h_last.data(), static_cast<int64_t>(last.size()), out);
 }
 
 at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::vector<int64_t>& tokens) {
   auto& s = *impl_;
   const auto M = static_cast<int64_t>(at_slot.size());
-  TORCH_CHECK(M > 0 && M <= s.slots && tokens.size() == at_slot.size(), "decode engine: ", M, " rows, ", tokens.size(),
-              " tokens, ", s.slots, " slots");
+  TORCH_CHECK(M > 0 && M <= s.rows && tokens.size() == at_slot.size(), "decode engine: ", M, " rows, ", tokens.size(),
+              " tokens (a step takes at most ", s.rows, " rows)");
+  s.pos.resize(M), s.last.clear();
   for (int64_t m = 0; m < M; ++m) {
     const int64_t slot = at_slot[m];
-    TORCH_CHECK(slot >= 0 && slot < s.slots && std::count(at_slot.begin(), at_slot.end(), slot) == 1,
-                "decode engine: slot ", slot, " is not one of ", s.slots, " or is listed twice");
-    TORCH_CHECK(s.length[slot] < s.max_len, "sequence position ", s.length[slot], " reaches model.max_seq_len ",
-                s.max_len);
+    TORCH_CHECK(slot >= 0 && slot < s.slots, "decode engine: slot ", slot, " is not one of ", s.slots);
+    s.pos[m] = s.length[slot] + std::count(at_slot.begin(), at_slot.begin() + m, slot);
+    TORCH_CHECK(s.pos[m] < s.max_len, "sequence position ", s.pos[m], " reaches model.max_seq_len ", s.max_len);
     TORCH_CHECK(tokens[m] >= 0 && tokens[m] < s.V, "token id ", tokens[m], " outside the vocabulary of ", s.V);
+    if (std::find(at_slot.begin() + m + 1, at_slot.end(), slot) == at_slot.end()) s.last.push_back(m);
     if (s.embed.scalar_type() == at::kBFloat16) {  // bf16 rows widened: the top half of a float32
       const auto* bits = reinterpret_cast<const uint16_t*>(s.embed.data_ptr<at::BFloat16>()) + tokens[m] * s.D;
       for (int64_t d = 0; d < s.D; ++d) {
@@ -518,7 +531,7 @@ at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::ve
       std::copy_n(s.embed.data_ptr<float>() + tokens[m] * s.D, s.D, &s.x[m * s.D]);
     }
   }
-  auto logits = at::empty({M, s.V}, at::TensorOptions().dtype(at::kFloat));
+  auto logits = at::empty({static_cast<int64_t>(s.last.size()), s.V}, at::TensorOptions().dtype(at::kFloat));
   float* out = logits.data_ptr<float>();
   const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   if (threads <= 1) {
@@ -527,7 +540,7 @@ at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::ve
 #pragma omp parallel num_threads(threads)
     s.run(Team{omp_get_thread_num(), omp_get_num_threads(), &s.barrier}, at_slot, M, out);
   }
-  for (auto slot : at_slot) ++s.length[slot];
+  for (int64_t m = 0; m < M; ++m) s.length[at_slot[m]] = s.pos[m] + 1;
   return logits;
 }
 

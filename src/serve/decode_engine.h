@@ -12,8 +12,13 @@
 // logits tensor it returns (`bench generate` counts them).
 //
 // Each row (slot) keeps its own position, so rows at different lengths decode together (what a
-// server that admits requests between steps needs). The prompt itself is run by the modules
-// (whole matrices, one GEMM per weight), whose cache a slot then takes over (`load`).
+// server that admits requests between steps needs). A slot may also take several consecutive
+// tokens in one step (a prompt, or part of one, beside the rows decoding): each row attends to
+// the keys up to its own position. Every row's numbers are computed the same way whatever else
+// is in the step (the kernels' sums run in one order per output), so a prompt fed in one step
+// or token by token, alone or beside others, gives the same logits bit for bit. Long prompts
+// are better run by the modules (whole matrices, one GEMM per weight), whose cache a slot then
+// takes over (`load`).
 //
 // It runs the plain LLaMA/Mixtral/Qwen-style model: float32 or bf16 weights, SwiGLU or GELU
 // FFNs, MoE blocks with softmax, sigmoid or norm top-k routers (selection bias, renormalisation,
@@ -43,8 +48,14 @@ class DecodeEngine {
   // the slot takes batch row `row` of a module forward's caches (its prompt's keys and values)
   void load(int64_t slot, const std::vector<LayerCache>& caches, int64_t row);
   void clear(int64_t slot);
-  // tokens[i] appended to slots[i]'s sequence (at its own position) -> next-token logits [n, V], float32
+  // tokens[i] appended to slots[i]'s sequence, rows of one slot in order at consecutive positions
+  // -> next-token logits [n, V] (float32) of each slot's last row, in row order; at most
+  // slots() + kPrefillRows rows
   at::Tensor step(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens);
+  // the slot's sequence continued by `tokens` (kPrefillRows per step) -> the last one's logits [V]
+  at::Tensor prefill(int64_t slot, const std::vector<int64_t>& tokens);
+  // prompt rows one step takes beside the decoding rows; longer prompts are prefilled by the modules
+  static constexpr int64_t kPrefillRows = 64;
 
  private:
   struct Impl;

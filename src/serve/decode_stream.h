@@ -1,9 +1,11 @@
 // Continuous batching: rows join and leave between decode steps. Up to `slots` rows decode
 // together in the decode engine (serve/decode_engine.h), each at its own position in its own
-// cache slot; `add` runs a row's prompt through the modules alone (as generate() does) and the
-// row joins at the next step; a row that ends frees its slot at once. Each row samples from its
-// own generator and the engine computes each row's numbers the same whatever else is in the
-// step, so a row's tokens equal generate() on its prompt and options, whoever shares its steps.
+// cache slot; a row added between steps has its prompt fed in the next step beside the rows
+// decoding (a prompt longer than DecodeEngine::kPrefillRows runs through the modules at `add`,
+// as decode_rows does), and picks its first token at the step after; a row that ends frees its
+// slot at once. Each row samples from its own generator and the engine computes each row's
+// numbers the same whatever else is in the step, so a row's tokens equal generate() on its
+// prompt and options, whoever shares its steps.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -22,7 +24,7 @@ class DecodeStream {
   bool has_room() const { return static_cast<int64_t>(rows_.size()) < engine_.slots(); }
   bool empty() const { return rows_.empty(); }
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
-  // Prefills the row's prompt and returns its id; it decodes from the next step on.
+  // The row joins (its prompt is fed at the next step); returns its id.
   int64_t add(DecodeRow row);
   // Every row picks its next token (on_token); rows that end (stop token, max_tokens, on_token
   // false, the context full) leave; the others advance one position together. Returns the ids of
@@ -34,7 +36,8 @@ class DecodeStream {
     int64_t id, slot, produced = 0;
     DecodeRow row;
     at::Generator gen;
-    at::Tensor logits_V;  // its next token's logits
+    at::Tensor logits_V;          // its next token's logits
+    std::vector<int64_t> prompt;  // still to feed (a prompt the modules did not run)
   };
   TransformerLM model_;
   DecodeEngine engine_;

@@ -90,21 +90,35 @@ void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath 
     if (rows[r].opt.max_tokens > 0) live.push_back(r);
   if (live.empty()) return;
   Steps steps;
-  AuxLosses aux;
-  auto last = model->forward(prompts, aux, &steps.caches).select(1, -1);  // [rows, V]
-  steps.slots.resize(rows.size());                                        // the modules' cache rows
-  std::iota(steps.slots.begin(), steps.slots.end(), 0);
-  if (runs_engine(*model, path)) {
+  at::Tensor last;  // [live rows, V]
+  std::vector<int64_t> kept(live.begin(), live.end());
+  const bool engine = runs_engine(*model, path);
+  if (engine) {
     steps.engine = std::make_unique<DecodeEngine>(*model, static_cast<int64_t>(live.size()));
-    for (size_t i = 0; i < live.size(); ++i) steps.engine->load(static_cast<int64_t>(i), steps.caches, live[i]);
-    steps.caches.clear();
     steps.slots.resize(live.size());
     std::iota(steps.slots.begin(), steps.slots.end(), 0);
   }
-  if (live.size() < rows.size()) {  // rows asking for no tokens leave before the first step
-    std::vector<int64_t> kept(live.begin(), live.end());
-    last = last.index_select(0, torch::tensor(kept, torch::kLong));
-    if (!steps.engine) steps.keep(kept);
+  if (engine && prompts.size(1) <= DecodeEngine::kPrefillRows) {  // short prompts: the engine itself
+    std::vector<at::Tensor> firsts;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const auto row = prompts[static_cast<int64_t>(live[i])].contiguous();
+      firsts.push_back(
+          steps.engine->prefill(static_cast<int64_t>(i),
+                                std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel())));
+    }
+    last = at::stack(firsts);
+  } else {
+    AuxLosses aux;
+    last = model->forward(prompts, aux, &steps.caches).select(1, -1);
+    last = live.size() < rows.size() ? last.index_select(0, torch::tensor(kept, torch::kLong)) : last;
+    if (engine) {
+      for (size_t i = 0; i < live.size(); ++i) steps.engine->load(static_cast<int64_t>(i), steps.caches, live[i]);
+      steps.caches.clear();
+    } else {
+      steps.slots.resize(rows.size());  // the modules' cache rows; rows asking for no tokens leave now
+      std::iota(steps.slots.begin(), steps.slots.end(), 0);
+      if (live.size() < rows.size()) steps.keep(kept);
+    }
   }
   std::vector<int64_t> produced(rows.size(), 0);
   for (int64_t length = prompts.size(1); !live.empty() && length < max_len; ++length) {

@@ -163,22 +163,50 @@ TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
   EXPECT_NE(DecodeEngine::unsupported(*wide).find("Double"), std::string::npos) << DecodeEngine::unsupported(*wide);
 }
 
-TEST(DecodeEngine, RefusesSlotsTwiceTokensOutsideTheVocabularyAndFullContexts) {
+TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFullContexts) {
   auto c = engine_moe();
   c.max_seq_len = 4;
   auto m = engine_model(c, false);
   DecodeEngine engine(*m, 2);
-  EXPECT_THROW(engine.step({0, 0}, {1, 2}), c10::Error);
   EXPECT_THROW(engine.step({2}, {1}), c10::Error);
   EXPECT_THROW(engine.step({0}, {96}), c10::Error);
-  for (int i = 0; i < 4; ++i) engine.step({1}, {5});
+  EXPECT_THROW(engine.step(std::vector<int64_t>(2 + DecodeEngine::kPrefillRows + 1, 0),
+                           std::vector<int64_t>(2 + DecodeEngine::kPrefillRows + 1, 1)),
+               c10::Error);
+  EXPECT_THROW(engine.step({1, 1, 1, 1, 1}, {5, 5, 5, 5, 5}), c10::Error);  // positions 0..4 of a context of 4
+  EXPECT_EQ(engine.length(1), 0);
+  EXPECT_EQ(engine.step({1, 1, 1, 0}, {5, 6, 7, 8}).size(0), 2);  // one row of logits per slot
+  engine.step({1}, {5});
   EXPECT_THROW(engine.step({1}, {5}), c10::Error);
   engine.clear(1);
   EXPECT_EQ(engine.step({1}, {5}).size(1), 96);
 }
 
+// A prompt in one step, in chunks, or token by token, alone or beside a decoding row: the same
+// logits bit for bit (each row's sums run in one order whatever else the step holds).
+TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
+  for (int team : {1, 2}) {
+    at::set_num_threads(team);
+    auto m = engine_model(engine_moe(), false);
+    const std::vector<int64_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
+    DecodeEngine whole(*m, 2), single(*m, 2);
+    const auto at_once = whole.prefill(0, prompt);
+    at::Tensor one_by_one;
+    for (auto t : prompt) one_by_one = single.step({1}, {t})[0];
+    EXPECT_TRUE(at_once.equal(one_by_one)) << team << " threads";
+    // continued: slot 1 of `whole` takes the prompt beside slot 0's next token
+    const auto both = whole.step({0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {7, 3, 14, 15, 92, 65, 35, 89, 79, 32, 38});
+    EXPECT_TRUE(both[1].equal(one_by_one)) << team << " threads";
+    EXPECT_TRUE(both[0].equal(single.step({1}, {7})[0])) << team << " threads";
+    EXPECT_EQ(whole.length(0), 11);
+  }
+  at::set_num_threads(2);
+}
+
 TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) {
-  auto m = engine_model(engine_moe(), false);
+  auto c = engine_moe();
+  c.max_seq_len = 128;
+  auto m = engine_model(c, false);
   struct Want {
     std::vector<int> prompt;
     SamplingOptions opt;
@@ -195,6 +223,7 @@ TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) 
     wants.push_back({prompt, o, 2 * r});
   }
   wants[3].opt.max_tokens = 0;  // ends unread
+  for (int t = 0; t < 70; ++t) wants[2].prompt.push_back((3 * t) % 96);  // beyond kPrefillRows: the modules run it
   const auto free_run = generate(m, wants[4].prompt, wants[4].opt);
   wants[4].opt.stop_token = free_run.at(2);  // ends at its stop token
   std::vector<std::vector<int>> got(wants.size());
