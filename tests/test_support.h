@@ -37,6 +37,19 @@ inline ModelConfig small_moe(int64_t vocab, int64_t d_model, int64_t n_layers, i
   return c;
 }
 
+// The plain MoE decoder with every optional part: a dense first block, then MoE blocks of 8
+// experts (top-2) with a gated shared expert; q/k/v biases, q/k norm per head; vocabulary 96.
+inline ModelConfig plain_moe() {
+  auto c = small_moe(96, 32, 3, 8, 2, 24);
+  c.moe.layers = "first_dense:1";
+  c.moe.n_shared = 1;
+  c.moe.shared_gate = true;
+  c.qkv_bias = true;
+  c.qk_norm = "head";
+  c.max_seq_len = 64;
+  return c;
+}
+
 // The message of the ConfigError that applying `sets` (KEY=VALUE) and validating raises; "" if none.
 inline std::string config_error(const std::vector<std::string>& sets) {
   Config c;

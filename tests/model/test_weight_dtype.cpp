@@ -38,21 +38,10 @@ double rel_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
-ModelConfig plain_moe() {
-  auto c = test::small_moe(96, 32, 3, 8, 2, 24);
-  c.moe.layers = "first_dense:1";
-  c.moe.n_shared = 1;
-  c.moe.shared_gate = true;
-  c.qkv_bias = true;
-  c.qk_norm = "head";
-  c.max_seq_len = 64;
-  return c;
-}
-
 }  // namespace
 
 TEST(WeightDtype, HoldsTheLargeMatricesAndKeepsTheRest) {
-  const auto p = bf16_pair(plain_moe());
+  const auto p = bf16_pair(test::plain_moe());
   // embedding, head; per block q, k, v, o; the dense block's gate, up, down; two MoE blocks' routed and shared banks
   EXPECT_EQ(p.counts.tensors, 2 + 3 * 4 + 3 + 2 * (2 + 2));
   int64_t bf16 = 0, f32 = 0;
@@ -70,7 +59,7 @@ TEST(WeightDtype, HoldsTheLargeMatricesAndKeepsTheRest) {
 }
 
 TEST(WeightDtype, Bf16LogitsEqualTheFloat32ModelOnRoundedWeights) {
-  std::vector<std::pair<std::string, ModelConfig>> cases{{"plain MoE", plain_moe()}};
+  std::vector<std::pair<std::string, ModelConfig>> cases{{"plain MoE", test::plain_moe()}};
   auto dense = test::small_model(96, 32, 2);
   dense.tie_embeddings = true;
   cases.emplace_back("dense, tied head", dense);
@@ -98,7 +87,7 @@ TEST(WeightDtype, Bf16LogitsEqualTheFloat32ModelOnRoundedWeights) {
 }
 
 TEST(WeightDtype, GreedyGenerationEqualsTheFloat32ModelOnRoundedWeights) {
-  auto p = bf16_pair(plain_moe());
+  auto p = bf16_pair(test::plain_moe());
   SamplingOptions greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 20;

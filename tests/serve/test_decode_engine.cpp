@@ -20,20 +20,9 @@ using namespace mf;
 
 namespace {
 
-ModelConfig engine_moe() {
-  auto c = test::small_moe(96, 32, 3, 8, 2, 24);
-  c.moe.layers = "first_dense:1";
-  c.moe.n_shared = 1;
-  c.moe.shared_gate = true;
-  c.qkv_bias = true;
-  c.qk_norm = "head";
-  c.max_seq_len = 64;
-  return c;
-}
-
 std::vector<std::pair<std::string, ModelConfig>> engine_cases() {
   std::vector<std::pair<std::string, ModelConfig>> cases{
-      {"MoE, shared expert and gate, q/k norm per head, biases", engine_moe()}};
+      {"MoE, shared expert and gate, q/k norm per head, biases", test::plain_moe()}};
   auto c = test::small_moe(96, 32, 2, 6, 3, 16);
   c.moe.router = RouterKind::SigmoidTopK;
   c.moe.bias_update = 1e-3;
@@ -139,7 +128,7 @@ TEST(DecodeEngine, GenerationEqualsTheModulesTokenForToken) {
 }
 
 TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
-  auto c = engine_moe();
+  auto c = test::plain_moe();
   c.moe.capacity_factor = 1.0;
   TransformerLM capped(c);
   EXPECT_NE(DecodeEngine::unsupported(*capped).find("block 1: an expert capacity limit"), std::string::npos)
@@ -150,7 +139,7 @@ TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
   EXPECT_THROW(generate(capped, {1, 2}, o, DecodePath::Engine), ConfigError);
   EXPECT_EQ(generate(capped, {1, 2}, o).size(), 4u);  // Auto: the modules
 
-  c = engine_moe();
+  c = test::plain_moe();
   c.moe.router = RouterKind::TopP;
   EXPECT_NE(DecodeEngine::unsupported(*TransformerLM(c)).find("router"), std::string::npos);
   for (auto method : {"intb", "latent"}) {  // another FFN kind; an extension of the MoE slot
@@ -158,13 +147,13 @@ TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
     cfg.model.vocab_size = 96;
     EXPECT_NE(DecodeEngine::unsupported(*TransformerLM(cfg.model)), "") << method;
   }
-  TransformerLM wide(engine_moe());
+  TransformerLM wide(test::plain_moe());
   wide->to(at::kDouble);
   EXPECT_NE(DecodeEngine::unsupported(*wide).find("Double"), std::string::npos) << DecodeEngine::unsupported(*wide);
 }
 
 TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFullContexts) {
-  auto c = engine_moe();
+  auto c = test::plain_moe();
   c.max_seq_len = 4;
   auto m = engine_model(c, false);
   DecodeEngine engine(*m, 2);
@@ -187,7 +176,7 @@ TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFu
 TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
   for (int team : {1, 2}) {
     at::set_num_threads(team);
-    auto m = engine_model(engine_moe(), false);
+    auto m = engine_model(test::plain_moe(), false);
     const std::vector<int64_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
     DecodeEngine whole(*m, 2), single(*m, 2);
     const auto at_once = whole.prefill(0, prompt);
@@ -204,7 +193,7 @@ TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
 }
 
 TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) {
-  auto c = engine_moe();
+  auto c = test::plain_moe();
   c.max_seq_len = 128;
   auto m = engine_model(c, false);
   struct Want {
@@ -222,7 +211,7 @@ TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) 
     for (int t = 0; t <= r % 4 + 1; ++t) prompt.push_back((13 * r + 5 * t + 2) % 96);
     wants.push_back({prompt, o, 2 * r});
   }
-  wants[3].opt.max_tokens = 0;  // ends unread
+  wants[3].opt.max_tokens = 0;                                           // ends unread
   for (int t = 0; t < 70; ++t) wants[2].prompt.push_back((3 * t) % 96);  // beyond kPrefillRows: the modules run it
   const auto free_run = generate(m, wants[4].prompt, wants[4].opt);
   wants[4].opt.stop_token = free_run.at(2);  // ends at its stop token
@@ -253,7 +242,7 @@ TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) 
   }
   EXPECT_TRUE(got[3].empty());
   EXPECT_EQ(got[5].size(), 3u);
-  auto capped = engine_moe();
+  auto capped = test::plain_moe();
   capped.moe.capacity_factor = 1;
   EXPECT_THROW(DecodeStream(TransformerLM(capped), 2), ConfigError);
 }
