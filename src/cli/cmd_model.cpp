@@ -157,7 +157,7 @@ void add_eval(CLI::App& app) {
   ev->add_option("--tokens", o->dump_tokens, "comma-separated token ids for --dump-logits");
   ev->add_option("--text", o->dump_text, "text to tokenize for --dump-logits");
   ev->add_option("--threads", o->threads, "intra-op threads (0 = default)");
-  add_weight_dtype_option(ev, o->dtype);
+  add_weight_dtype_option(ev, o->dtype, true);
   ev->add_option("--confusion", o->confusion_out,
                  "classifier: where the confusion SVG goes (default CKPT/confusion_SPLIT.svg)");
   ev->add_option("--flip-average", o->flip,
@@ -185,7 +185,7 @@ void add_generate(CLI::App& app) {
   gen->add_option("--top-p", o->sampling.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", o->sampling.seed, "sampling seed");
   gen->add_option("--threads", o->threads, "intra-op threads (0 = default)");
-  add_weight_dtype_option(gen, o->dtype);
+  add_weight_dtype_option(gen, o->dtype, true);
   gen->callback([o] {
     if (o->threads > 0) set_compute_threads(static_cast<int>(o->threads));
     auto l = load_model(o->ckpt, parse_weight_dtype(o->dtype));

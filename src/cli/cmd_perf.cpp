@@ -60,9 +60,9 @@ void add_generate_bench(CLI::App* bench) {
                   "llama.cpp peer (node-llama-cpp; the model exported to GGUF f32, f16 and q8_0, batch 1; '' to skip)")
       ->capture_default_str();
   gen->add_option("--json", gen_json, "also write the results as JSON");
-  gen->add_option("--dtype", gen_weights, "the dtypes our weights are held in, each timed (f32, bf16)")
+  gen->add_option("--dtype", gen_weights, "the dtypes our weights are held in, each timed (f32, bf16, int8)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
   gen->callback([gen_t] {
     set_compute_threads(gen_t->threads);
     const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}, gen_weights),

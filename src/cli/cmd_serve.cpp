@@ -51,7 +51,7 @@ void register_serve_commands(CLI::App& app) {
   sv->add_option("--grace", grace, "seconds to finish the requests in flight after SIGTERM / Ctrl-C")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
-  add_weight_dtype_option(sv, dtype);
+  add_weight_dtype_option(sv, dtype, true);
   sv->callback([] {
     if (threads > 0) set_compute_threads(threads);
     CompletionServer server(load_model(ckpt, parse_weight_dtype(dtype)), opt);

@@ -32,6 +32,6 @@ void register_dist_commands(CLI::App& app);      // launch (data parallel)
 
 void add_set_option(CLI::App* cmd, std::vector<std::string>& sets);
 // --dtype f32|bf16: the dtype a command that only runs a model holds its weights in (model/weight_dtype.h)
-void add_weight_dtype_option(CLI::App* cmd, std::string& dtype);
+void add_weight_dtype_option(CLI::App* cmd, std::string& dtype, bool int8 = false);  // int8: generate, eval, serve
 
 }  // namespace mf::cli

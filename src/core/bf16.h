@@ -13,21 +13,27 @@
 
 #include <cstdint>
 
+#include "core/q8.h"
+
 namespace mf {
 
-// y = x w^T (+ b), w [N, K], x [..., K]: LibTorch's linear, or for a bf16 w with float32 x on
-// the CPU outside autograd, the kernel below (any other x: w widened to x's dtype first).
+// y = x w^T (+ b), w [N, K], x [..., K]: LibTorch's linear, or for a bf16 or int8 (core/q8.h) w
+// with float32 x on the CPU outside autograd, the kernel below (any other x: w widened to x's
+// dtype first).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 // out = x w^T for x [M, K] into out [M, N] (rows contiguous): the same choice, no allocation
 // for a float32 or float64 w.
 void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w);
-// Rows `ids` of an embedding table [V, D]: float32 rows when the table is held in bf16.
+// Rows `ids` of an embedding table [V, D]: float32 rows when the table is held in bf16 or int8.
 at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& table);
+// Row r of a weight [N, K] in float32, bf16 or int8 as K float32 numbers into out.
+void weight_row(const at::Tensor& w, int64_t r, float* out);
 // dst.copy_(src), float32 into bf16 by a vectorised rounding (to nearest, ties to even, as LibTorch
-// rounds; its own copy ran at 0.14 G numbers/s): loading a model's weights into bf16.
+// rounds; its own copy ran at 0.14 G numbers/s), into int8 by q8_quantize: loading a model's weights.
 void copy_weights(at::Tensor& dst, const at::Tensor& src);
-// `w` in `dtype` (itself when it is already, or not bf16): for paths that take float weights; bf16
-// to float32 by the vectorised widening below (LibTorch's copy ran at 0.3 GB/s).
+// `w` in `dtype` (itself when it is already, or neither bf16 nor int8): for paths that take float
+// weights; bf16 to float32 by the vectorised widening below (LibTorch's copy ran at 0.3 GB/s), int8
+// times its scales.
 at::Tensor widened(const at::Tensor& w, at::ScalarType dtype);
 
 // Rows at most this many go through the row kernel; more rows widen w panel by panel into a
@@ -46,11 +52,16 @@ void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t
 // where a few rows make LibTorch's linear mostly call overhead.
 void f32_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t N, float* y,
               int64_t ldy);
-// One thread's share of either: outputs n0 <= n < n1 only, on the calling thread (callers that split
+// ... and on int8 weights (core/q8.h): each weight its int8 number times its block's scale.
+void q8_rows(const float* x, int64_t ldx, int64_t M, int64_t K, Q8Rows w, int64_t ldw, int64_t N, float* y,
+             int64_t ldy);
+// One thread's share of any of them: outputs n0 <= n < n1 only, on the calling thread (callers that split
 // the work among their own threads).
 void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0,
                int64_t n1, float* y, int64_t ldy);
 void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t n0, int64_t n1,
+               float* y, int64_t ldy);
+void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, Q8Rows w, int64_t ldw, int64_t n0, int64_t n1,
                float* y, int64_t ldy);
 
 }  // namespace mf

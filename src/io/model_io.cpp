@@ -53,7 +53,7 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& fil
   for (auto* set : {&params, &buffers})
     for (auto& p : *set) {
       const auto name = prefix + p.key();
-      if (p.value().scalar_type() != at::kBFloat16) {
+      if (p.value().scalar_type() != at::kBFloat16 && p.value().scalar_type() != at::kChar) {
         file.read_into(name, p.value());
         continue;
       }
@@ -123,8 +123,8 @@ TransformerLM shaped_model(const ModelConfig& c, at::ScalarType weights) {
   const auto held = hold_weights(*model, weights, /*values=*/false);
   if (held.tensors > 0)
     spdlog::info(
-        "weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method tensors)",
-        static_cast<double>(held.parameters) * 1e-9, c10::toString(weights), static_cast<double>(held.kept) * 1e-6);
+        "weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method tensors; for int8 also rows that are not whole blocks of 32)",
+        static_cast<double>(held.parameters) * 1e-9, weight_dtype_name(weights), static_cast<double>(held.kept) * 1e-6);
   return model;
 }
 }  // namespace

@@ -33,7 +33,12 @@ std::vector<at::Tensor> bf16_capable(TransformerLMImpl& m) {
 at::ScalarType parse_weight_dtype(const std::string& name) {
   if (name == "f32") return at::kFloat;
   if (name == "bf16") return at::kBFloat16;
-  throw ConfigError("--dtype '" + name + "': the weights are held in f32 or bf16");
+  if (name == "int8") return at::kChar;
+  throw ConfigError("--dtype '" + name + "': the weights are held in f32, bf16 or int8");
+}
+
+std::string weight_dtype_name(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bf16" : dtype == at::kChar ? "int8" : dtype == at::kFloat ? "f32" : c10::toString(dtype);
 }
 
 HeldWeights hold_weights(TransformerLMImpl& model, at::ScalarType dtype, bool values) {
@@ -41,12 +46,14 @@ HeldWeights hold_weights(TransformerLMImpl& model, at::ScalarType dtype, bool va
   int64_t all = 0;
   for (auto& p : model.parameters()) all += p.numel();
   if (dtype == at::kFloat) return {0, 0, all};
-  TORCH_CHECK(dtype == at::kBFloat16, "weights are held in float32 or bfloat16, not ", c10::toString(dtype));
+  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kChar, "weights are held in float32, bfloat16 or int8, not ",
+              c10::toString(dtype));
   at::NoGradGuard no_grad;
   for (auto& w : bf16_capable(model)) {
-    if (w.scalar_type() == dtype) continue;
-    auto held = at::empty(w.sizes(), w.options().dtype(dtype));
+    if (w.scalar_type() == dtype || (dtype == at::kChar && !q8_holds(w))) continue;
+    auto held = dtype == at::kChar ? q8_empty(w.sizes(), w.options()) : at::empty(w.sizes(), w.options().dtype(dtype));
     if (values) copy_weights(held, w.contiguous());
+    if (dtype == at::kChar) w.set_requires_grad(false);  // LibTorch: only a float tensor takes a gradient
     w.set_data(held);
     ++h.tensors;
     h.parameters += w.numel();

@@ -22,10 +22,11 @@
 namespace mf {
 namespace decoding {
 
-// w [N, K] (rows ld apart), float32 or bf16 bit patterns, with an optional bias [N]
+// w [N, K] (rows ld apart): float32, bf16 bit patterns or int8 blocks, with an optional bias [N]
 struct Matrix {
   const void* data = nullptr;
-  bool bf16 = false;
+  at::ScalarType dtype = at::kFloat;
+  Q8Rows q8;
   int64_t N = 0, K = 0, ld = 0;
   const float* bias = nullptr;
 };
@@ -37,12 +38,15 @@ const float* floats(const at::Tensor& t) {
   return t.data_ptr<float>();
 }
 
+bool held_weight(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kChar; }
+
 Matrix matrix(const at::Tensor& w, const at::Tensor& b = {}) {
-  TORCH_CHECK(w.dim() == 2 && w.stride(1) == 1 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
-              "decode engine: a ", w.sizes(), " ", w.scalar_type(), " weight with strided rows");
+  TORCH_CHECK(w.dim() == 2 && w.stride(1) == 1 && held_weight(w.scalar_type()), "decode engine: a ", w.sizes(), " ",
+              w.scalar_type(), " weight with strided rows");
   Matrix m;
-  m.bf16 = w.scalar_type() == at::kBFloat16;
-  m.data = m.bf16 ? static_cast<const void*>(w.data_ptr<at::BFloat16>()) : w.data_ptr<float>();
+  m.dtype = w.scalar_type();
+  if (m.dtype == at::kChar) m.q8 = q8_of(w);
+  m.data = w.data_ptr();
   m.N = w.size(0), m.K = w.size(1), m.ld = w.stride(0);
   m.bias = floats(b);
   return m;
@@ -86,8 +90,10 @@ struct Team {
 void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y) {
   const auto [n0, n1] = team.share(w.N, 4);
   if (n0 >= n1) return;
-  if (w.bf16)
+  if (w.dtype == at::kBFloat16)
     rows_part(x, w.K, M, w.K, static_cast<const uint16_t*>(w.data), w.ld, n0, n1, y, w.N);
+  else if (w.dtype == at::kChar)
+    rows_part(x, w.K, M, w.K, w.q8, w.ld, n0, n1, y, w.N);
   else
     rows_part(x, w.K, M, w.K, static_cast<const float*>(w.data), w.ld, n0, n1, y, w.N);
   if (w.bias)
@@ -257,7 +263,7 @@ struct DecodeEngine::Impl {
 
 std::string DecodeEngine::unsupported(TransformerLMImpl& model) {
   for (const auto& p : model.parameters())
-    if ((p.scalar_type() != at::kFloat && p.scalar_type() != at::kBFloat16) || !p.is_cpu())
+    if (!decoding::held_weight(p.scalar_type()) || !p.is_cpu())
       return fmt::format("weights in {} on {} (it computes in float32 on the CPU)", c10::toString(p.scalar_type()),
                          p.device().str());
     else if (!p.is_contiguous())
@@ -521,15 +527,7 @@ at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::ve
     TORCH_CHECK(s.pos[m] < s.max_len, "sequence position ", s.pos[m], " reaches model.max_seq_len ", s.max_len);
     TORCH_CHECK(tokens[m] >= 0 && tokens[m] < s.V, "token id ", tokens[m], " outside the vocabulary of ", s.V);
     if (std::find(at_slot.begin() + m + 1, at_slot.end(), slot) == at_slot.end()) s.last.push_back(m);
-    if (s.embed.scalar_type() == at::kBFloat16) {  // bf16 rows widened: the top half of a float32
-      const auto* bits = reinterpret_cast<const uint16_t*>(s.embed.data_ptr<at::BFloat16>()) + tokens[m] * s.D;
-      for (int64_t d = 0; d < s.D; ++d) {
-        const uint32_t word = static_cast<uint32_t>(bits[d]) << 16;
-        std::memcpy(&s.x[m * s.D + d], &word, sizeof(float));
-      }
-    } else {
-      std::copy_n(s.embed.data_ptr<float>() + tokens[m] * s.D, s.D, &s.x[m * s.D]);
-    }
+    weight_row(s.embed, tokens[m], &s.x[m * s.D]);
   }
   auto logits = at::empty({static_cast<int64_t>(s.last.size()), s.V}, at::TensorOptions().dtype(at::kFloat));
   float* out = logits.data_ptr<float>();

@@ -8,24 +8,12 @@
 #include <cstring>
 
 #include "core/bf16.h"
+#include "core/row_errors.h"
 
 using namespace mf;
 
-namespace {
-// max |a - b| / max |b|
-double rel_error(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() /
-         b.to(at::kDouble).abs().max().item<double>();
-}
-
-// max |y - x w^T| over max (|x| |w|^T), the scale float32 sums of K products err on: at most about K u
-// (u = 2^-24) in any summation order
-double sum_error(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w) {
-  const auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
-  return (y.to(at::kDouble) - at::mm(x64, w64.t())).abs().max().item<double>() /
-         at::mm(x64.abs(), w64.abs().t()).max().item<double>();
-}
-}  // namespace
+using test::rel_error;
+using test::sum_error;
 
 TEST(Bf16, RowsByHand) {
   // bf16 bit patterns: 0x3F80 = 1, 0xC000 = -2, 0x3F00 = 0.5, 0x4040 = 3, 0x3FC0 = 1.5 (the top halves of float32's)
@@ -98,9 +86,10 @@ TEST(Bf16, TheSameKernelOnFloat32WeightsAndOneThreadsShare) {
           EXPECT_TRUE(part.narrow(1, n1, N - n1).eq(7).all().item<bool>()) << what << ": wrote outside its share";
           rows_part(x.data_ptr<float>(), K, M, K, reinterpret_cast<const uint16_t*>(half.data_ptr<at::BFloat16>()),
                     K + 3, n0, n1, part.data_ptr<float>(), N);
-          if (n1 > n0)
+          if (n1 > n0) {
             EXPECT_LT(sum_error(part.narrow(1, n0, n1 - n0), x, half.narrow(1, 0, K).narrow(0, n0, n1 - n0)), bound)
                 << what;
+          }
         }
   }
   at::set_num_threads(1);

@@ -2,13 +2,14 @@
 // float64 copy of the model decoding through the modules' KV cache, for every block shape it runs
 // (dense SwiGLU/GELU, MoE with shared experts and their gate, expert biases, the three top-k
 // routers with selection bias, renormalisation and gate scale, q/k norms, GQA, tied heads, bf16
-// weights), with rows at different positions in one step; generation through it equals the
+// and int8 weights), with rows at different positions in one step; generation through it equals the
 // modules' token for token; what it does not run is named and left to the modules. The decode
 // stream (continuous batching): rows that join and leave between steps get generate()'s tokens.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/bf16.h"
 #include "core/config.h"
 #include "model/weight_dtype.h"
 #include "serve/decode_engine.h"
@@ -41,6 +42,8 @@ std::vector<std::pair<std::string, ModelConfig>> engine_cases() {
   c.ffn = "gelu";
   c.o_bias = true;
   cases.emplace_back("dense GELU, output bias", c);
+  c = test::small_moe(96, 96, 2, 4, 2, 64);  // rows of 64 and 96: int8 weights in whole chunks and a tail
+  cases.emplace_back("MoE, d_model 96, experts of width 64", c);
   for (auto& [name, cfg] : cases) cfg.max_seq_len = 64;
   return cases;
 }
@@ -50,7 +53,7 @@ TransformerLM float64_copy(TransformerLM& m) {
   TransformerLM ref(m->config());
   torch::NoGradGuard g;
   auto params = ref->named_parameters();
-  for (auto& p : m->named_parameters()) params[p.key()].copy_(p.value().to(at::kFloat));
+  for (auto& p : m->named_parameters()) params[p.key()].copy_(widened(p.value(), at::kFloat));
   auto buffers = ref->named_buffers();
   for (auto& b : m->named_buffers()) buffers[b.key()].copy_(b.value());
   ref->to(at::kDouble);
@@ -58,13 +61,13 @@ TransformerLM float64_copy(TransformerLM& m) {
   return ref;
 }
 
-TransformerLM engine_model(const ModelConfig& c, bool bf16) {
+TransformerLM engine_model(const ModelConfig& c, at::ScalarType weights = at::kFloat) {
   TransformerLM m(c);
   m->init_weights(3);
   torch::NoGradGuard g;
   for (auto& b : m->named_buffers())  // a selection bias that matters
     if (b.key().find("selection_bias") != std::string::npos) b.value().normal_(0, 0.05);
-  if (bf16) hold_weights(*m, at::kBFloat16);
+  hold_weights(*m, weights);
   m->eval();
   return m;
 }
@@ -79,11 +82,11 @@ TEST(DecodeEngine, LogitsEqualTheModulesInFloat64StepByStepWithRowsAtTheirOwnPos
   const int threads = at::get_num_threads();
   for (const auto& [name, c] : engine_cases())
     for (int team : {1, 2})  // one thread, and threads sharing every product
-      for (bool bf16 : {false, true}) {
+      for (auto weights : {at::kFloat, at::kBFloat16, at::kChar}) {
         at::set_num_threads(team);
-        SCOPED_TRACE(fmt::format("{}, {} weights, {} threads", name, bf16 ? "bf16" : "float32", team));
-        ASSERT_EQ(DecodeEngine::unsupported(*engine_model(c, bf16)), "");
-        auto m = engine_model(c, bf16);
+        SCOPED_TRACE(fmt::format("{}, {} weights, {} threads", name, weight_dtype_name(weights), team));
+        auto m = engine_model(c, weights);
+        ASSERT_EQ(DecodeEngine::unsupported(*m), "");
         auto ref = float64_copy(m);
         torch::NoGradGuard g;
         // row 0 starts from a 5-token prompt, row 1 from a 2-token one: different positions in every step
@@ -116,15 +119,16 @@ TEST(DecodeEngine, LogitsEqualTheModulesInFloat64StepByStepWithRowsAtTheirOwnPos
 }
 
 TEST(DecodeEngine, GenerationEqualsTheModulesTokenForToken) {
-  for (const auto& [name, c] : engine_cases()) {
-    SCOPED_TRACE(name);
-    auto m = engine_model(c, false);
-    SamplingOptions o;
-    o.temperature = 0;
-    o.max_tokens = 12;
-    const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {9, 8, 7}, {40, 41, 42}};
-    EXPECT_EQ(generate_batch(m, prompts, o, DecodePath::Engine), generate_batch(m, prompts, o, DecodePath::Modules));
-  }
+  for (const auto& [name, c] : engine_cases())
+    for (auto weights : {at::kFloat, at::kChar}) {
+      SCOPED_TRACE(name + ", " + weight_dtype_name(weights));
+      auto m = engine_model(c, weights);
+      SamplingOptions o;
+      o.temperature = 0;
+      o.max_tokens = 12;
+      const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {9, 8, 7}, {40, 41, 42}};
+      EXPECT_EQ(generate_batch(m, prompts, o, DecodePath::Engine), generate_batch(m, prompts, o, DecodePath::Modules));
+    }
 }
 
 TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
@@ -155,7 +159,7 @@ TEST(DecodeEngine, NamesWhatItDoesNotRunAndLeavesItToTheModules) {
 TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFullContexts) {
   auto c = test::plain_moe();
   c.max_seq_len = 4;
-  auto m = engine_model(c, false);
+  auto m = engine_model(c);
   DecodeEngine engine(*m, 2);
   EXPECT_THROW(engine.step({2}, {1}), c10::Error);
   EXPECT_THROW(engine.step({0}, {96}), c10::Error);
@@ -176,7 +180,7 @@ TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFu
 TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
   for (int team : {1, 2}) {
     at::set_num_threads(team);
-    auto m = engine_model(test::plain_moe(), false);
+    auto m = engine_model(test::plain_moe());
     const std::vector<int64_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
     DecodeEngine whole(*m, 2), single(*m, 2);
     const auto at_once = whole.prefill(0, prompt);
@@ -195,7 +199,7 @@ TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
 TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) {
   auto c = test::plain_moe();
   c.max_seq_len = 128;
-  auto m = engine_model(c, false);
+  auto m = engine_model(c);
   struct Want {
     std::vector<int> prompt;
     SamplingOptions opt;
