@@ -84,11 +84,16 @@ expect_ok '"parameters"' -- "$MF" info runs/smoke --json
 "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --seed 3 > g2.txt
 cmp -s g1.txt g2.txt || fail "seeded generation is not reproducible"
 # weights held in bf16: the same command, half the memory; the loss moves by the weights' rounding only
-expect_ok "held in BFloat16" -- "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --dtype bf16
+# (int8: blocks of 32 with a scale, about a quarter of the memory)
+expect_ok "held in bf16" -- "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --dtype bf16
+expect_ok "held in int8" -- "$MF" generate runs/smoke --prompt "The" --max-tokens 5 --dtype int8
 f32=$("$MF" eval runs/smoke --windows 2 | awk '$1 == "mean" {print $2}')
-bf16=$("$MF" eval runs/smoke --windows 2 --dtype bf16 | awk '$1 == "mean" {print $2}')
-python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) < 0.01 else 1)" "$f32" "$bf16" ||
-  fail "eval --dtype bf16 gave mean loss $bf16, f32 $f32"
+for dtype in bf16 int8; do
+  held=$("$MF" eval runs/smoke --windows 2 --dtype $dtype | awk '$1 == "mean" {print $2}')
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) < 0.01 else 1)" "$f32" "$held" ||
+    fail "eval --dtype $dtype gave mean loss $held, f32 $f32"
+done
+expect_fail 105 "int8 not in" -- "$MF" saliency runs/smoke --dtype int8  # int8 where a model only runs: generate, eval, serve
 
 # the HTTP server: greedy completion == generate, a JSON 400, graceful exit on SIGTERM
 "$MF" serve runs/smoke --port 0 > serve.out 2>&1 &

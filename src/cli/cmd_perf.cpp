@@ -50,6 +50,7 @@ void add_generate_bench(CLI::App* bench) {
                      gen_llama = "tests/llama/llama_peer.mjs", gen_json;
   static int64_t gen_prompt = 16, gen_tokens = 128;
   static std::vector<std::string> gen_weights = {"f32", "bf16"};
+  static std::vector<int64_t> gen_prefill;
   gen->add_option("source", gen_source, "a TOML config (random weights of that shape) or a checkpoint")
       ->capture_default_str();
   gen->add_option("--prompt", gen_prompt, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
@@ -63,11 +64,18 @@ void add_generate_bench(CLI::App* bench) {
   gen->add_option("--dtype", gen_weights, "the dtypes our weights are held in, each timed (f32, bf16, int8)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+  gen->add_option("--prefill", gen_prefill,
+                  "also time prompt processing at batch 1 for prompts of these lengths (e.g. 128 512), ours and "
+                  "llama.cpp's")
+      ->check(CLI::PositiveNumber);
   gen->callback([gen_t] {
     set_compute_threads(gen_t->threads);
-    const auto report = generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}, gen_weights),
-                                              gen_source, gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads);
-    std::cout << report.table.text() << report.note;
+    const auto report =
+        generate_bench_report(bench_generate(gen_source, gen_prompt, gen_tokens, {1, 8}, gen_weights, gen_prefill),
+                              gen_source, gen_peer, gen_llama, gen_prompt, gen_tokens, gen_t->threads, gen_prefill);
+    std::cout << report.table.text();
+    if (!gen_prefill.empty()) std::cout << "\n" << report.prefill.text();
+    std::cout << report.note;
     if (!gen_json.empty()) write_file_atomic(gen_json, report.json.dump(2) + "\n");
   });
 }

@@ -26,10 +26,22 @@ double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(a.numel() * 4) / s / 1e9;
 }
 
+// prompt tokens per second at batch 1, the better of two timed runs after a warm-up (the prompt
+// the llama.cpp peer times: token t = (7t + 1) mod V)
+double prefill_speed(TransformerLM& model, int64_t length) {
+  std::vector<int> prompt;
+  for (int64_t t = 0; t < length; ++t) prompt.push_back(static_cast<int>((7 * t + 1) % model->config().vocab_size));
+  SamplingOptions o;
+  o.temperature = 0;
+  o.max_tokens = 1;
+  return static_cast<double>(length) / best_seconds(3, [&] { generate_batch(model, {prompt}, o); });
+}
+
 }  // namespace
 
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
-                                   const std::vector<int64_t>& batches, const std::vector<std::string>& weights) {
+                                   const std::vector<int64_t>& batches, const std::vector<std::string>& weights,
+                                   const std::vector<int64_t>& prefill) {
   GenerateBenchResult r;
   std::vector<std::string> order;  // float32 first: holding in bf16 or int8 rounds the weights
   for (const auto* w : {"f32", "bf16", "int8"})
@@ -55,6 +67,12 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
   if (!r.engine_unsupported.empty()) paths.erase(paths.begin());
   for (const auto& held : order) {
     hold_weights(*model, parse_weight_dtype(held));
+    for (int64_t length : prefill) {
+      if (length > r.config.model.max_seq_len)
+        throw ConfigError(fmt::format("bench generate --prefill {}: longer than model.max_seq_len {}", length,
+                                      r.config.model.max_seq_len));
+      r.prefill.push_back({length, held, prefill_speed(model, length)});
+    }
     for (int64_t batch : batches) {
       std::vector<std::vector<int>> prompts;
       for (int64_t b = 0; b < batch; ++b) {
@@ -81,7 +99,7 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
 
 GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
                                           const std::string& peer, const std::string& llama, int64_t prompt_len,
-                                          int64_t new_tokens, int threads) {
+                                          int64_t new_tokens, int threads, const std::vector<int64_t>& prefill) {
   const auto& m = r.config.model;
   nlohmann::json theirs = {{"skipped", "--peer ''"}};
   if (!peer.empty() && m.ffn == "moe")
@@ -103,13 +121,20 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                                        {"llama_f16", "llama.cpp f16", "{:.1f}", 14},
                                        {"llama_q8_0", "llama.cpp q8_0", "{:.1f}", 15},
                                        {"vs_llama_q8_0", "ours vs q8_0", "{:.2f}x", 13}}),
+                          ResultTable({{"prompt", "prefill prompt", "", -15},
+                                       {"weights", "weights", "", -8},
+                                       {"tokens_per_s", "ours tokens/s", "{:.0f}", 14},
+                                       {"llama_f32", "llama.cpp f32", "{:.0f}", 14},
+                                       {"llama_f16", "llama.cpp f16", "{:.0f}", 14},
+                                       {"llama_q8_0", "llama.cpp q8_0", "{:.0f}", 15},
+                                       {"vs_llama", "ours vs llama.cpp same width", "{:.2f}x", 29}}),
                           {{"source", source},
                            {"weight_bytes_per_step", r.weight_bytes_per_step},
                            {"bandwidth_gbs", r.bandwidth_gbs},
                            {"bound_tokens_per_s", r.bound_tokens_per_s},
                            {"units_path", r.units_path},
                            {"pytorch", theirs},
-                           {"llama_cpp", llama_cpp_decode(source, llama, prompt_len, new_tokens, threads)}},
+                           {"llama_cpp", llama_cpp_decode(source, llama, prompt_len, new_tokens, threads, prefill)}},
                           ""};
   for (const auto& row : r.rows) {
     const auto key = fmt::format("batch{}{}{}_tokens_per_s", row.batch, row.weights == "f32" ? "" : "_" + row.weights,
@@ -131,6 +156,22 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
     out.table.add(cells);
     out.json["moeforge"][key] = row.tokens_per_s;
     out.json["moeforge"][key.substr(0, key.size() - 12) + "calls_per_step"] = row.calls_per_step;
+  }
+  for (const auto& row : r.prefill) {
+    nlohmann::json cells = {{"prompt", row.prompt}, {"weights", row.weights}, {"tokens_per_s", row.tokens_per_s}};
+    const auto& ll = out.json["llama_cpp"];
+    const auto length = std::to_string(row.prompt);
+    // beside its own width: f32 with f32, bf16 with f16, int8 with q8_0
+    const std::string theirs_width = row.weights == "f32" ? "f32" : row.weights == "bf16" ? "f16" : "q8_0";
+    for (const auto* dtype : {"f32", "f16", "q8_0"})
+      if (ll.contains("prefill") && ll["prefill"].contains(dtype) && ll["prefill"][dtype].contains(length)) {
+        const double theirs_rate = ll["prefill"][dtype][length];
+        cells[std::string("llama_") + dtype] = theirs_rate;
+        if (dtype == theirs_width) cells["vs_llama"] = row.tokens_per_s / theirs_rate;
+      }
+    out.prefill.add(cells);
+    out.json["moeforge"][fmt::format("prefill{}{}_tokens_per_s", row.prompt, row.weights == "f32" ? "" : "_" + row.weights)] =
+        row.tokens_per_s;
   }
   if (!r.units_path.empty()) out.note += "the modules ran the experts on the " + r.units_path + " units path\n";
   if (!r.engine_unsupported.empty()) out.note += "the decode engine does not run " + r.engine_unsupported + "\n";

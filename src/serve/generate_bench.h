@@ -20,9 +20,18 @@ struct GenerateBenchRow {
   double calls_per_step = 0;      // LibTorch operator calls per decode step (prefill and sampling included)
 };
 
+// Prompt processing at batch 1: prompt tokens per second up to the first new token's logits (prefill,
+// by the engine up to DecodeEngine::kPrefillRows tokens and the modules above, and picking that token).
+struct PrefillBenchRow {
+  int64_t prompt = 0;
+  std::string weights = "f32";
+  double tokens_per_s = 0;
+};
+
 struct GenerateBenchResult {
   Config config;
   std::vector<GenerateBenchRow> rows;
+  std::vector<PrefillBenchRow> prefill;
   double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32 (bf16: half)
   double bandwidth_gbs = 0;          // large-copy bandwidth, read + write
   double bound_tokens_per_s = 0;     // batch 1: bandwidth / weight bytes per step
@@ -31,22 +40,24 @@ struct GenerateBenchResult {
 };
 
 // `source`: a TOML config (a randomly initialised model of that shape) or a checkpoint; each batch
-// size with the weights held in each of `weights` ("f32", "bf16"; float32 runs first), decoded by
-// the engine (where it runs the model) and by the modules.
+// size with the weights held in each of `weights` ("f32", "bf16", "int8"; float32 runs first),
+// decoded by the engine (where it runs the model) and by the modules; prompts of each `prefill`
+// length (at most model.max_seq_len) processed at batch 1.
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches,
-                                   const std::vector<std::string>& weights = {"f32", "bf16"});
+                                   const std::vector<std::string>& weights = {"f32", "bf16"},
+                                   const std::vector<int64_t>& prefill = {});
 
 // r beside the same model decoded in PyTorch (`peer`, bench/peers/generate.py; "" skips it) and in
 // llama.cpp at batch 1 (`llama`, tests/llama/llama_peer.mjs; "" skips it): the table, its JSON and
 // the lines saying what ran and what bounds it.
 struct GenerateBenchReport {
-  ResultTable table;
+  ResultTable table, prefill;
   nlohmann::json json;
   std::string note;
 };
 GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const std::string& source,
                                           const std::string& peer, const std::string& llama, int64_t prompt_len,
-                                          int64_t new_tokens, int threads);
+                                          int64_t new_tokens, int threads, const std::vector<int64_t>& prefill = {});
 
 }  // namespace mf

@@ -29,7 +29,7 @@ std::string as_checkpoint(const std::string& source, const fs::path& scratch) {
 }  // namespace
 
 nlohmann::json llama_cpp_decode(const std::string& source, const std::string& peer, int64_t prompt_len,
-                                int64_t new_tokens, int threads) {
+                                int64_t new_tokens, int threads, const std::vector<int64_t>& prefill) {
   if (peer.empty()) return {{"skipped", "--llama ''"}};
   if (!fs::is_regular_file(peer)) return {{"skipped", peer + " not found"}};
   if (!fs::is_directory(fs::path(peer).parent_path() / "node_modules/node-llama-cpp"))
@@ -47,12 +47,21 @@ nlohmann::json llama_cpp_decode(const std::string& source, const std::string& pe
       for (int t = threads; t >= 1; t = t > 1 ? 1 : 0) {
         const nlohmann::json request = {{"model", gguf},
                                         {"threads", t},
-                                        {"bench", {{"prompt", prompt_len}, {"tokens", new_tokens}, {"vocab", vocab}}}};
+                                        {"bench",
+                                         {{"prompt", prompt_len},
+                                          {"tokens", new_tokens},
+                                          {"vocab", vocab},
+                                          {"prefill", prefill}}}};
         write_file_atomic((scratch / "request.json").string(), request.dump());
         const auto cmd = fmt::format("node {} < {} > {}", peer, (scratch / "request.json").string(),
                                      (scratch / "response.json").string());
         if (std::system(cmd.c_str()) != 0) throw std::runtime_error("llama.cpp failed: " + cmd);
-        const double speed = nlohmann::json::parse(read_file((scratch / "response.json").string()))["tokens_per_s"];
+        const auto response = nlohmann::json::parse(read_file((scratch / "response.json").string()));
+        const double speed = response["tokens_per_s"];
+        for (auto& [length, rate] : response["prefill_tokens_per_s"].items()) {
+          auto& best = out["prefill"][dtype][length];
+          if (best.is_null() || rate.get<double>() > best.get<double>()) best = rate;
+        }
         out[dtype + std::string("_threads_") + std::to_string(t)] = speed;
         if (!out.contains(dtype) || speed > out[dtype].get<double>())
           out[dtype] = speed, out[dtype + std::string("_threads")] = t;

@@ -10,7 +10,8 @@ namespace mf {
 // "<dtype>_threads" saying which and "<dtype>_threads_<n>" each), or {"skipped": why}. `source` as in
 // bench_generate: a TOML config's random weights are written to a scratch checkpoint first (with
 // the corpus tokenizer, which llama.cpp needs to load a model).
+// With `prefill` lengths also "prefill": {"<dtype>": {"<length>": prompt tokens/s}} (the better thread count).
 nlohmann::json llama_cpp_decode(const std::string& source, const std::string& peer, int64_t prompt_len,
-                                int64_t new_tokens, int threads);
+                                int64_t new_tokens, int threads, const std::vector<int64_t>& prefill = {});
 
 }  // namespace mf

@@ -203,19 +203,27 @@ KernelCase adamw_case(CaseSize size, at::ScalarType dtype) {
 
 }  // namespace
 
-// y = x W^T with W held in bf16 (core/bf16.h) against LibTorch's linear on the float32 copy of the
-// same rounded weights: decode rows (the row kernel) and more rows than it takes (widened panels
-// into the GEMM). In the float64 table ours widens W to float64: the float32 table tests the kernel.
-KernelCase bf16_case(CaseSize size, at::ScalarType dtype, int64_t M) {
+// y = x W^T with W held in bf16 or int8 blocks (core/bf16.h, core/q8.h) against LibTorch's linear
+// on the float32 copy of the same rounded weights: decode rows (the row kernel) and more rows than
+// it takes (widened panels into the GEMM). In the float64 table ours widens W to float64: the
+// float32 table tests the kernel.
+KernelCase held_case(CaseSize size, at::ScalarType dtype, at::ScalarType held, int64_t M) {
   const bool perf = size == CaseSize::Perf;
-  const int64_t K = perf ? 2048 : 37, N = perf ? 6144 : 21;
+  const int64_t K = perf ? 2048 : held == at::kChar ? 96 : 37, N = perf ? 6144 : 21;  // int8: rows of whole blocks
   auto x = input({M, K}, dtype);
-  auto w = input({N, K}, at::kFloat).to(at::kBFloat16);
-  KernelCase c{fmt::format("linear, bf16 weights ({}{})", M <= kBf16KernelRows ? "row kernel" : "panels",
-                           M == 1 ? ", one row" : ""),
+  auto w = input({N, K}, at::kFloat);
+  if (held == at::kChar) {
+    auto q = q8_empty(w.sizes(), w.options());
+    copy_weights(q, w);
+    w = q;
+  } else {
+    w = w.to(held);
+  }
+  KernelCase c{fmt::format("linear, {} weights ({}{})", held == at::kChar ? "int8" : "bf16",
+                           M <= kBf16KernelRows ? "row kernel" : "panels", M == 1 ? ", one row" : ""),
                fmt::format("M={} K={} N={}", M, K, N), 2.0 * M * K * N, 1e-5};
   c.ours = [=] { return Outputs{project(x, w)}; };
-  c.reference = [=, w32 = w.to(dtype)] { return Outputs{at::linear(x, w32)}; };
+  c.reference = [=, w32 = widened(w, at::kFloat).to(dtype)] { return Outputs{at::linear(x, w32)}; };
   return c;
 }
 
@@ -230,9 +238,12 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           units_case(size, dtype, 8, true),
           attention_case(size, dtype),
           adamw_case(size, dtype),
-          bf16_case(size, dtype, 1),
-          bf16_case(size, dtype, size == CaseSize::Perf ? 64 : 7),
-          bf16_case(size, dtype, size == CaseSize::Perf ? 256 : 131)};
+          held_case(size, dtype, at::kBFloat16, 1),
+          held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),
+          held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 256 : 131),
+          held_case(size, dtype, at::kChar, 1),
+          held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 64 : 7),
+          held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 256 : 131)};
 }
 
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {

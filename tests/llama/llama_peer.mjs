@@ -1,14 +1,16 @@
 // llama.cpp as a test peer (node-llama-cpp's prebuilt CPU build; never downloads or builds).
 // Reads a JSON request on stdin:
 //   {"model": "m.gguf", "tokens": [ids], "texts": ["..."], "prompt": "...", "generate": n, "threads": 2,
-//    "bench": {"prompt": P, "tokens": N, "vocab": V}}
+//    "bench": {"prompt": P, "tokens": N, "vocab": V, "prefill": [lengths]}}
 // and prints {"logits": [[...] per position of tokens], "tokens": [[ids] per text],
-// "generated": "greedy continuation of prompt", "tokens_per_s": greedy decoding speed}. Each logits row is log softmax of llama.cpp's
+// "generated": "greedy continuation of prompt", "tokens_per_s": greedy decoding speed,
+// "prefill_tokens_per_s": {length: prompt tokens per second}}. Each logits row is log softmax of llama.cpp's
 // logits minus its mean over the vocabulary: the logits up to the one constant a softmax cannot
 // see, so they compare with anyone's logits centred the same way. The KV cache is f32 (llama.cpp's
 // default f16 cache would round every key and value), except in "bench", which times llama.cpp
 // as users run it (its defaults) on the prompt `bench generate` gives its first row: token t =
-// (7t + 1) mod V, P prompt + N generated tokens, prefill included, one run after a warm-up.
+// (7t + 1) mod V, P prompt + N generated tokens, prefill included, one run after a warm-up; and
+// prompts of each "prefill" length (the same tokens) evaluated alone.
 import { getLlama } from "node-llama-cpp";
 
 const chunks = [];
@@ -58,9 +60,9 @@ if (req.generate) {
   await context.dispose();
 }
 if (req.bench) {
-  const { prompt, tokens, vocab } = req.bench;
+  const { prompt, tokens, vocab, prefill = [] } = req.bench;
   const ids = Array.from({ length: prompt }, (_, t) => (7 * t + 1) % vocab);
-  const [context, sequence] = await sequenceFor(prompt + tokens, false);
+  const [context, sequence] = await sequenceFor(Math.max(prompt + tokens, ...prefill), false);
   const run = async () => {
     await sequence.clearHistory();
     const t0 = performance.now();
@@ -70,6 +72,19 @@ if (req.bench) {
   };
   await run();
   out.tokens_per_s = await run();
+  // prompt processing: prompts of each length evaluated in one batch, no token generated; best of two after a warm-up
+  out.prefill_tokens_per_s = {};
+  for (const length of prefill) {
+    const prompt = Array.from({ length }, (_, t) => (7 * t + 1) % vocab);
+    const time = async () => {
+      await sequence.clearHistory();
+      const t0 = performance.now();
+      await sequence.evaluateWithoutGeneratingNewTokens(prompt);
+      return length / ((performance.now() - t0) / 1000);
+    };
+    await time();
+    out.prefill_tokens_per_s[length] = Math.max(await time(), await time());
+  }
   await context.dispose();
 }
 await model.dispose();

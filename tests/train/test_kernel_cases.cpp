@@ -60,6 +60,8 @@ TEST(KernelCases, FlopCountsByHand) {
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (row kernel, one row)"), 2.0 * 1 * 37 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (row kernel)"), 2.0 * 7 * 37 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (panels)"), 2.0 * 131 * 37 * 21);
+  EXPECT_DOUBLE_EQ(flops.at("linear, int8 weights (row kernel, one row)"), 2.0 * 1 * 96 * 21);
+  EXPECT_DOUBLE_EQ(flops.at("linear, int8 weights (panels)"), 2.0 * 131 * 96 * 21);
 }
 
 TEST(KernelCases, RelativeErrorIsScaledByTheReference) {
