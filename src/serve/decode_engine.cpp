@@ -15,6 +15,7 @@
 #include <typeinfo>
 
 #include "core/bf16.h"
+#include "core/simd.h"
 #include "model/moe_ffn.h"
 #include "moe/banks.h"
 #include "moe/routers.h"
@@ -229,6 +230,34 @@ Layer moe_layer(MoEFeedForward& f) {
   return l;
 }
 
+// out [Dh] = softmax(scale q . key_j) . value_j over the S cached positions j (rows `stride` apart)
+MF_ALWAYS_INLINE void attend_head_body(const float* q, const float* key, const float* value, int64_t S, int64_t Dh,
+                                       int64_t stride, float scale, float* p, float* out) {
+  float top = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < S; ++j) {
+    // 8 partial sums: a single sum in order is a chain of Dh dependent adds
+    float part[8] = {};
+    int64_t d = 0;
+    for (; d + 8 <= Dh; d += 8)
+      for (int l = 0; l < 8; ++l) part[l] += q[d + l] * key[j * stride + d + l];
+    float dot = 0;
+    for (; d < Dh; ++d) dot += q[d] * key[j * stride + d];
+    for (float x : part) dot += x;
+    top = std::max(top, p[j] = dot * scale);
+  }
+  for (int64_t j = 0; j < S; ++j) sum += p[j] = std::exp(p[j] - top);
+  std::fill(out, out + Dh, 0.0f);
+  for (int64_t j = 0; j < S; ++j) {
+    const float w = p[j] / sum;
+    for (int64_t d = 0; d < Dh; ++d) out[d] += w * value[j * stride + d];
+  }
+}
+
+MF_SIMD_FUNCTION(attend_head, attend_head_body,
+                 (const float* q, const float* key, const float* value, int64_t S, int64_t Dh, int64_t stride,
+                  float scale, float* p, float* out),
+                 (q, key, value, S, Dh, stride, scale, p, out))
+
 }  // namespace decoding
 
 using namespace decoding;
@@ -415,21 +444,9 @@ void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vecto
   const auto [i0, i1] = team.share(M * Hq);
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t m = i / Hq, hd = i % Hq, slot = at_slot[m], S = pos[m] + 1;
-    const float* qh = &q[m * qw + hd * Dh];
-    const float* key = keys[slot][layer].data() + hd / (Hq / Hkv) * Dh;
-    const float* value = values[slot][layer].data() + hd / (Hq / Hkv) * Dh;
     p.resize(S);
-    float top = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < S; ++j) {
-      float dot = 0;
-      for (int64_t d = 0; d < Dh; ++d) dot += qh[d] * key[j * kv + d];
-      top = std::max(top, p[j] = dot * scale);
-    }
-    for (int64_t j = 0; j < S; ++j) sum += p[j] = std::exp(p[j] - top);
-    float* out = &att[m * qw + hd * Dh];
-    std::fill(out, out + Dh, 0.0f);
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t d = 0; d < Dh; ++d) out[d] += p[j] / sum * value[j * kv + d];
+    attend_head(&q[m * qw + hd * Dh], keys[slot][layer].data() + hd / (Hq / Hkv) * Dh,
+                values[slot][layer].data() + hd / (Hq / Hkv) * Dh, S, Dh, kv, scale, p.data(), &att[m * qw + hd * Dh]);
   }
 }
 

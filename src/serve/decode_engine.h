@@ -54,7 +54,8 @@ class DecodeEngine {
   at::Tensor step(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens);
   // the slot's sequence continued by `tokens` (kPrefillRows per step) -> the last one's logits [V]
   at::Tensor prefill(int64_t slot, const std::vector<int64_t>& tokens);
-  // prompt rows one step takes beside the decoding rows; longer prompts are prefilled by the modules
+  // prompt rows one step takes beside the decoding rows (decode_rows prefills longer prompts in
+  // steps of this many; the decode stream hands them to the modules, then load())
   static constexpr int64_t kPrefillRows = 64;
 
  private:

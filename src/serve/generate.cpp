@@ -98,7 +98,7 @@ void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath 
     steps.slots.resize(live.size());
     std::iota(steps.slots.begin(), steps.slots.end(), 0);
   }
-  if (engine && prompts.size(1) <= DecodeEngine::kPrefillRows) {  // short prompts: the engine itself
+  if (engine) {  // prompts too, kPrefillRows tokens a step: faster than the modules' GEMMs (docs/benchmarks.md)
     std::vector<at::Tensor> firsts;
     for (size_t i = 0; i < live.size(); ++i) {
       const auto row = prompts[static_cast<int64_t>(live[i])].contiguous();
@@ -111,14 +111,9 @@ void decode_rows(TransformerLM& model, std::vector<DecodeRow>& rows, DecodePath 
     AuxLosses aux;
     last = model->forward(prompts, aux, &steps.caches).select(1, -1);
     last = live.size() < rows.size() ? last.index_select(0, torch::tensor(kept, torch::kLong)) : last;
-    if (engine) {
-      for (size_t i = 0; i < live.size(); ++i) steps.engine->load(static_cast<int64_t>(i), steps.caches, live[i]);
-      steps.caches.clear();
-    } else {
-      steps.slots.resize(rows.size());  // the modules' cache rows; rows asking for no tokens leave now
-      std::iota(steps.slots.begin(), steps.slots.end(), 0);
-      if (live.size() < rows.size()) steps.keep(kept);
-    }
+    steps.slots.resize(rows.size());  // the modules' cache rows; rows asking for no tokens leave now
+    std::iota(steps.slots.begin(), steps.slots.end(), 0);
+    if (live.size() < rows.size()) steps.keep(kept);
   }
   std::vector<int64_t> produced(rows.size(), 0);
   for (int64_t length = prompts.size(1); !live.empty() && length < max_len; ++length) {
