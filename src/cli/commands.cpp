@@ -11,8 +11,9 @@ void add_weight_dtype_option(CLI::App* cmd, std::string& dtype, bool int8) {
     return;
   }
   cmd->add_option("--dtype", dtype,
-                  help + "; or in int8: the same matrices in blocks of 32 int8 numbers sharing a float32 scale "
-                         "(llama.cpp's q8_0 with a float32 scale), 28 % of float32's bytes")
+                  help +
+                      "; or in int8: the same matrices in blocks of 32 int8 numbers sharing a float32 scale "
+                      "(llama.cpp's q8_0 with a float32 scale), 28 % of float32's bytes")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
 }

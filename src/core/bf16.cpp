@@ -247,9 +247,8 @@ void bf16_widen_range MF_BF16_WIDEN_PARAMS {
 #undef MF_BF16_WIDEN_ARGS
 #undef MF_BF16_WIDEN_PARAMS
 
-#define MF_ROWS_PARAMS                                                                                           \
-  (const float* x, int64_t ldx, int64_t M, int64_t K, P w, int64_t ldw, int64_t n0, int64_t n1, float* y, \
-   int64_t ldy)
+#define MF_ROWS_PARAMS \
+  (const float* x, int64_t ldx, int64_t M, int64_t K, P w, int64_t ldw, int64_t n0, int64_t n1, float* y, int64_t ldy)
 #define MF_ROWS_ARGS (x, ldx, M, K, w, ldw, n0, n1, y, ldy)
 #if defined(__x86_64__) && defined(__GNUC__)
 template <class P>
@@ -389,7 +388,8 @@ at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& table) {
   auto sizes = ids.sizes().vec();
   sizes.push_back(table.size(1));
   auto out = at::empty(sizes, table.options().dtype(at::kFloat));
-  for (int64_t i = 0; i < id.numel(); ++i) weight_row(table, id.data_ptr<int64_t>()[i], out.data_ptr<float>() + i * table.size(1));
+  for (int64_t i = 0; i < id.numel(); ++i)
+    weight_row(table, id.data_ptr<int64_t>()[i], out.data_ptr<float>() + i * table.size(1));
   return out;
 }
 

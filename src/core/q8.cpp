@@ -11,8 +11,8 @@ namespace {
 // the scales of an int8 weight's storage: after its values, 36 bytes of storage per block
 const float* storage_scales(const at::Tensor& w) {
   const auto bytes = static_cast<int64_t>(w.storage().nbytes());
-  TORCH_CHECK(w.scalar_type() == at::kChar && bytes % (kQ8Block + 4) == 0,
-              "an int8 weight ", w.sizes(), " without its block scales (only `--dtype int8` makes them)");
+  TORCH_CHECK(w.scalar_type() == at::kChar && bytes % (kQ8Block + 4) == 0, "an int8 weight ", w.sizes(),
+              " without its block scales (only `--dtype int8` makes them)");
   const int64_t values = bytes / (kQ8Block + 4) * kQ8Block;
   return reinterpret_cast<const float*>(static_cast<const char*>(w.storage().data()) + values);
 }

@@ -122,11 +122,11 @@ TransformerLM shaped_model(const ModelConfig& c, at::ScalarType weights) {
   TransformerLM model(c);
   const auto held = hold_weights(*model, weights, /*values=*/false);
   if (held.tensors > 0)
-    spdlog::info("weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method "
-                 "tensors{})",
-                 static_cast<double>(held.parameters) * 1e-9, weight_dtype_name(weights),
-                 static_cast<double>(held.kept) * 1e-6,
-                 weights == at::kChar ? ", matrices whose rows are not whole blocks of 32" : "");
+    spdlog::info(
+        "weights: {:.2f} B parameters held in {}, {:.2f} M kept in float32 (norms, biases, routers, method "
+        "tensors{})",
+        static_cast<double>(held.parameters) * 1e-9, weight_dtype_name(weights), static_cast<double>(held.kept) * 1e-6,
+        weights == at::kChar ? ", matrices whose rows are not whole blocks of 32" : "");
   return model;
 }
 }  // namespace

@@ -38,7 +38,10 @@ at::ScalarType parse_weight_dtype(const std::string& name) {
 }
 
 std::string weight_dtype_name(at::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bf16" : dtype == at::kChar ? "int8" : dtype == at::kFloat ? "f32" : c10::toString(dtype);
+  return dtype == at::kBFloat16 ? "bf16"
+         : dtype == at::kChar   ? "int8"
+         : dtype == at::kFloat  ? "f32"
+                                : c10::toString(dtype);
 }
 
 HeldWeights hold_weights(TransformerLMImpl& model, at::ScalarType dtype, bool values) {

@@ -19,7 +19,7 @@
 namespace mf {
 
 at::ScalarType parse_weight_dtype(const std::string& name);  // "f32" | "bf16" | "int8" (ConfigError otherwise)
-std::string weight_dtype_name(at::ScalarType dtype);          // its inverse
+std::string weight_dtype_name(at::ScalarType dtype);         // its inverse
 
 struct HeldWeights {
   int64_t tensors = 0, parameters = 0;  // held in the asked dtype

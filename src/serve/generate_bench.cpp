@@ -170,8 +170,8 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
         if (dtype == theirs_width) cells["vs_llama"] = row.tokens_per_s / theirs_rate;
       }
     out.prefill.add(cells);
-    out.json["moeforge"][fmt::format("prefill{}{}_tokens_per_s", row.prompt, row.weights == "f32" ? "" : "_" + row.weights)] =
-        row.tokens_per_s;
+    out.json["moeforge"][fmt::format("prefill{}{}_tokens_per_s", row.prompt,
+                                     row.weights == "f32" ? "" : "_" + row.weights)] = row.tokens_per_s;
   }
   if (!r.units_path.empty()) out.note += "the modules ran the experts on the " + r.units_path + " units path\n";
   if (!r.engine_unsupported.empty()) out.note += "the decode engine does not run " + r.engine_unsupported + "\n";

@@ -20,8 +20,9 @@ struct GenerateBenchRow {
   double calls_per_step = 0;      // LibTorch operator calls per decode step (prefill and sampling included)
 };
 
-// Prompt processing at batch 1: prompt tokens per second up to the first new token's logits (prefill,
-// by the engine up to DecodeEngine::kPrefillRows tokens and the modules above, and picking that token).
+// Prompt processing at batch 1: prompt tokens per second up to the first new token (prefill, by the
+// decode engine in steps of DecodeEngine::kPrefillRows tokens where it runs the model, and picking
+// that token).
 struct PrefillBenchRow {
   int64_t prompt = 0;
   std::string weights = "f32";

@@ -45,13 +45,10 @@ nlohmann::json llama_cpp_decode(const std::string& source, const std::string& pe
       gguf::export_gguf(checkpoint, gguf, {"", gguf::parse_type(dtype)});
       // llama.cpp's own threads spin on each other: at small sizes one thread can beat two (its best is kept)
       for (int t = threads; t >= 1; t = t > 1 ? 1 : 0) {
-        const nlohmann::json request = {{"model", gguf},
-                                        {"threads", t},
-                                        {"bench",
-                                         {{"prompt", prompt_len},
-                                          {"tokens", new_tokens},
-                                          {"vocab", vocab},
-                                          {"prefill", prefill}}}};
+        const nlohmann::json request = {
+            {"model", gguf},
+            {"threads", t},
+            {"bench", {{"prompt", prompt_len}, {"tokens", new_tokens}, {"vocab", vocab}, {"prefill", prefill}}}};
         write_file_atomic((scratch / "request.json").string(), request.dump());
         const auto cmd = fmt::format("node {} < {} > {}", peer, (scratch / "request.json").string(),
                                      (scratch / "response.json").string());

@@ -67,7 +67,8 @@ TEST(Q8, DequantisedWeightsAreTheDefinition) {
   EXPECT_TRUE(widened(quantised(w), at::kFloat).to(at::kDouble).allclose(by_definition(w), 1e-7, 1e-30));
   // within half a step of the float32 weights
   const auto step = w.view({-1, kQ8Block}).abs().amax(1, true) / 127;
-  EXPECT_TRUE(((widened(quantised(w), at::kFloat) - w).view({-1, kQ8Block}).abs() <= step / 2 + 1e-7).all().item<bool>());
+  EXPECT_TRUE(
+      ((widened(quantised(w), at::kFloat) - w).view({-1, kQ8Block}).abs() <= step / 2 + 1e-7).all().item<bool>());
 }
 
 TEST(Q8, RowsEqualFloat64MathOnTheDequantisedWeights) {

@@ -1,7 +1,7 @@
 // Weights held in bf16 or int8 (model/weight_dtype.h): a model computes what the float32 model
-// computes on the same weights rounded to bf16 or to int8 blocks, for plain MoE blocks (routed and shared experts, a dense
-// block, biases, q/k norms) and for every method's repro model (their own tensors stay float32),
-// in a full forward pass and token by token through the KV cache.
+// computes on the same weights rounded to bf16 or to int8 blocks, for plain MoE blocks (routed and shared experts, a
+// dense block, biases, q/k norms) and for every method's repro model (their own tensors stay float32), in a full
+// forward pass and token by token through the KV cache.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -95,20 +95,20 @@ TEST(WeightDtype, LogitsEqualTheFloat32ModelOnRoundedWeights) {
   for (auto& [name_only, c] : cases)
     for (auto dtype : {at::kBFloat16, at::kChar}) {
       const auto name = name_only + ", " + weight_dtype_name(dtype);
-    auto p = held_pair(c, dtype);
-    EXPECT_GT(p.counts.tensors, 0) << name;
-    torch::NoGradGuard g;
-    const auto want = p.rounded->forward(tokens);
-    EXPECT_LT(rel_diff(p.held->forward(tokens), want), 2e-5) << name;
-    // token by token through the KV cache (the decode shape: one row per step)
-    std::vector<LayerCache> cache;
-    std::vector<at::Tensor> steps;
-    for (int64_t t = 0; t < tokens.size(1); ++t) {
-      AuxLosses aux;
-      steps.push_back(p.held->forward(tokens.narrow(1, t, 1), aux, &cache));
+      auto p = held_pair(c, dtype);
+      EXPECT_GT(p.counts.tensors, 0) << name;
+      torch::NoGradGuard g;
+      const auto want = p.rounded->forward(tokens);
+      EXPECT_LT(rel_diff(p.held->forward(tokens), want), 2e-5) << name;
+      // token by token through the KV cache (the decode shape: one row per step)
+      std::vector<LayerCache> cache;
+      std::vector<at::Tensor> steps;
+      for (int64_t t = 0; t < tokens.size(1); ++t) {
+        AuxLosses aux;
+        steps.push_back(p.held->forward(tokens.narrow(1, t, 1), aux, &cache));
+      }
+      EXPECT_LT(rel_diff(torch::cat(steps, 1), want), 2e-5) << name << ", decoding";
     }
-    EXPECT_LT(rel_diff(torch::cat(steps, 1), want), 2e-5) << name << ", decoding";
-  }
 }
 
 TEST(WeightDtype, GreedyGenerationEqualsTheFloat32ModelOnRoundedWeights) {
