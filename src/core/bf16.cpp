@@ -424,8 +424,8 @@ at::Tensor widened(const at::Tensor& w, at::ScalarType dtype) {
   if (w.scalar_type() == at::kChar && dtype != at::kChar) {
     auto out = at::empty(w.sizes(), w.options().dtype(at::kFloat));
     const int64_t K = w.dim() > 0 ? w.size(-1) : 1, rows = K > 0 ? w.numel() / K : 0;
-    const auto w_RK = w.reshape({rows, K});
-    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { widen_rows(w_RK, r0, r1, out.data_ptr<float>()); });
+    const auto w_NK = w.reshape({rows, K});  // every leading dimension as rows
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { widen_rows(w_NK, r0, r1, out.data_ptr<float>()); });
     return out.to(dtype);
   }
   if (w.scalar_type() == dtype || w.scalar_type() != at::kBFloat16) return w;
