@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace mf {
@@ -26,15 +27,8 @@ int64_t DecodeStream::add(DecodeRow row) {
   const auto seed = row.opt.seed;
   Live live{next_id_++, free_slots_.back(), 0, std::move(row), at::make_generator<at::CPUGeneratorImpl>(seed), {}, {}};
   if (live.row.opt.max_tokens > 0) {  // a row asking for nothing ends at the next step, unread
-    const auto prompt = prompt_batch({live.row}, model_->config().max_seq_len);
-    if (prompt.size(1) <= DecodeEngine::kPrefillRows) {  // fed in the next step, beside the others
-      live.prompt.assign(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + prompt.numel());
-    } else {  // as decode_rows does: the modules, then the engine takes the cache
-      std::vector<LayerCache> caches;
-      AuxLosses aux;
-      live.logits_V = model_->forward(prompt, aux, &caches).select(1, -1)[0].to(torch::kFloat32);
-      engine_.load(live.slot, caches, 0);
-    }
+    const auto prompt = prompt_batch({live.row}, model_->config().max_seq_len);  // fed from the next step on
+    live.prompt.assign(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + prompt.numel());
   }
   free_slots_.pop_back();
   rows_.push_back(std::move(live));
@@ -46,7 +40,8 @@ std::vector<int64_t> DecodeStream::step() {
   const int64_t max_len = model_->config().max_seq_len;
   std::vector<int64_t> ended, slots, tokens;
   std::vector<Live> going;
-  std::vector<size_t> fed;  // rows of `going` whose logits this step computes, in row order
+  std::vector<std::pair<size_t, bool>>
+      fed;  // rows of `going` this step feeds, in row order; whether it ends their input
   for (auto& r : rows_) {
     if (!r.prompt.empty()) {  // joins below when its prompt fits
       going.push_back(std::move(r));
@@ -56,7 +51,7 @@ std::vector<int64_t> DecodeStream::step() {
     if (more) {
       const auto id = pick_token(r.logits_V, r.row.opt, r.gen);
       more = id != r.row.opt.stop_token && r.row.on_token(static_cast<int>(id)) && ++r.produced < r.row.opt.max_tokens;
-      if (more) slots.push_back(r.slot), tokens.push_back(id), fed.push_back(going.size());
+      if (more) slots.push_back(r.slot), tokens.push_back(id), fed.emplace_back(going.size(), true);
     }
     if (more) {
       going.push_back(std::move(r));
@@ -67,18 +62,20 @@ std::vector<int64_t> DecodeStream::step() {
     }
   }
   const auto room = static_cast<size_t>(engine_.slots() + DecodeEngine::kPrefillRows);
-  for (size_t i = 0; i < going.size(); ++i) {
+  for (size_t i = 0; i < going.size(); ++i) {  // prompts, up to kPrefillRows tokens of each a step, as room allows
     auto& prompt = going[i].prompt;
-    if (prompt.empty() || tokens.size() + prompt.size() > room) continue;
-    slots.insert(slots.end(), prompt.size(), going[i].slot);
-    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
-    fed.push_back(i);
-    prompt.clear();
+    const auto n = std::min({prompt.size(), static_cast<size_t>(DecodeEngine::kPrefillRows), room - tokens.size()});
+    if (n == 0) continue;
+    slots.insert(slots.end(), n, going[i].slot);
+    tokens.insert(tokens.end(), prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n));
+    prompt.erase(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n));
+    fed.emplace_back(i, prompt.empty());
   }
   rows_ = std::move(going);
   if (!slots.empty()) {
-    const auto logits = engine_.step(slots, tokens);
-    for (size_t i = 0; i < fed.size(); ++i) rows_[fed[i]].logits_V = logits[static_cast<int64_t>(i)];
+    const auto logits = engine_.step(slots, tokens);  // a row per slot fed, in row order
+    for (size_t i = 0; i < fed.size(); ++i)
+      if (fed[i].second) rows_[fed[i].first].logits_V = logits[static_cast<int64_t>(i)];
   }
   return ended;
 }

@@ -1,11 +1,10 @@
 // Continuous batching: rows join and leave between decode steps. Up to `slots` rows decode
 // together in the decode engine (serve/decode_engine.h), each at its own position in its own
-// cache slot; a row added between steps has its prompt fed in the next step beside the rows
-// decoding (a prompt longer than DecodeEngine::kPrefillRows runs through the modules at `add`,
-// as decode_rows does), and picks its first token at the step after; a row that ends frees its
-// slot at once. Each row samples from its own generator and the engine computes each row's
-// numbers the same whatever else is in the step, so a row's tokens equal generate() on its
-// prompt and options, whoever shares its steps.
+// cache slot; a row added between steps has its prompt fed from the next step on beside the
+// rows decoding (DecodeEngine::kPrefillRows tokens of it a step, as room allows), and picks its
+// first token at the step after its last prompt token; a row that ends frees its slot at once. Each row samples from
+// its own generator and the engine computes each row's numbers the same whatever else is in the step, so a row's tokens
+// equal generate() on its prompt and options, whoever shares its steps.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -37,7 +36,7 @@ class DecodeStream {
     DecodeRow row;
     at::Generator gen;
     at::Tensor logits_V;          // its next token's logits
-    std::vector<int64_t> prompt;  // still to feed (a prompt the modules did not run)
+    std::vector<int64_t> prompt;  // still to feed
   };
   TransformerLM model_;
   DecodeEngine engine_;

@@ -215,8 +215,10 @@ TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) 
     for (int t = 0; t <= r % 4 + 1; ++t) prompt.push_back((13 * r + 5 * t + 2) % 96);
     wants.push_back({prompt, o, 2 * r});
   }
-  wants[3].opt.max_tokens = 0;                                           // ends unread
-  for (int t = 0; t < 70; ++t) wants[2].prompt.push_back((3 * t) % 96);  // beyond kPrefillRows: the modules run it
+  wants[3].opt.max_tokens = 0;  // ends unread
+  // beyond kPrefillRows: fed over several steps, sharing each step's room with the other's chunks
+  for (int t = 0; t < 70; ++t) wants[2].prompt.push_back((3 * t) % 96);
+  for (int t = 0; t < 100; ++t) wants[1].prompt.push_back((7 * t + 1) % 96);
   const auto free_run = generate(m, wants[4].prompt, wants[4].opt);
   wants[4].opt.stop_token = free_run.at(2);  // ends at its stop token
   std::vector<std::vector<int>> got(wants.size());
