@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "core/bf16.h"
 #include "core/simd.h"
 
 namespace mf {
@@ -23,10 +22,8 @@ void push_key(std::vector<int64_t>& key, const at::Tensor& t) {
   for (auto s : t.sizes()) key.push_back(s);
 }
 
-std::shared_ptr<PackedUnits> pack(const at::Tensor& gate_up_held, const at::Tensor& down_held, const at::Tensor& b1,
+std::shared_ptr<PackedUnits> pack(const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
                                   const at::Tensor& b2, int64_t blocks, bool swiglu) {
-  // weights held in bf16 or int8 (model/weight_dtype.h) are packed as float32
-  const auto gate_up = widened(gate_up_held, at::kFloat), down = widened(down_held, at::kFloat);
   auto p = std::make_shared<PackedUnits>();
   const int64_t E = down.size(0), D = down.size(1), F = down.size(2), M = F / blocks, U = E * blocks;
   p->blocks = blocks;
