@@ -287,12 +287,10 @@ void rows_parallel(const float* x, int64_t ldx, int64_t M, int64_t K, P w, int64
   at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { rows_range(x, ldx, M, K, w, ldw, n0, n1, y, ldy); });
 }
 
-bool held_narrow(const at::Tensor& w) { return w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kChar; }
-
 // our kernel can take it: float32 x and a bf16 or int8 w with contiguous rows, on the CPU, no autograd
 bool row_kernel_applies(const at::Tensor& x, const at::Tensor& w) {
   const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
-  return held_narrow(w) && x.scalar_type() == at::kFloat && x.is_cpu() && w.is_cpu() && w.dim() == 2 &&
+  return held_narrow(w.scalar_type()) && x.scalar_type() == at::kFloat && x.is_cpu() && w.is_cpu() && w.dim() == 2 &&
          w.stride(1) == 1 && !grad;
 }
 
@@ -368,6 +366,8 @@ void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
             out.data_ptr<float>(), out.stride(0));
 }
 
+bool held_narrow(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kChar; }
+
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   if (!row_kernel_applies(x, w)) return at::linear(x, widened(w, x.scalar_type()), b);
   auto sizes = x.sizes().vec();
@@ -395,7 +395,7 @@ at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& table) {
 
 void weight_row(const at::Tensor& w, int64_t r, float* out) {
   TORCH_CHECK(w.dim() == 2 && r >= 0 && r < w.size(0), "row ", r, " of a weight ", w.sizes());
-  TORCH_CHECK((w.scalar_type() == at::kFloat || held_narrow(w)) && w.stride(1) == 1, "row ", r, " of a ",
+  TORCH_CHECK((w.scalar_type() == at::kFloat || held_narrow(w.scalar_type())) && w.stride(1) == 1, "row ", r, " of a ",
               w.scalar_type(), " weight ", w.sizes(), " with strides ", w.strides());
   if (w.scalar_type() == at::kFloat) {
     std::copy_n(w.data_ptr<float>() + r * w.stride(0), w.size(1), out);

@@ -26,6 +26,8 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
 void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w);
 // Rows `ids` of an embedding table [V, D]: float32 rows when the table is held in bf16 or int8.
 at::Tensor embed_rows(const at::Tensor& ids, const at::Tensor& table);
+// A weight dtype held narrower than float32 and computed in float32: bf16 or int8 (core/q8.h).
+bool held_narrow(at::ScalarType dtype);
 // Row r of a weight [N, K] in float32, bf16 or int8 as K float32 numbers into out.
 void weight_row(const at::Tensor& w, int64_t r, float* out);
 // dst.copy_(src), float32 into bf16 by a vectorised rounding (to nearest, ties to even, as LibTorch

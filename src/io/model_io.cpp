@@ -53,7 +53,7 @@ void load_module_tensors(torch::nn::Module& module, const SafetensorsShards& fil
   for (auto* set : {&params, &buffers})
     for (auto& p : *set) {
       const auto name = prefix + p.key();
-      if (p.value().scalar_type() != at::kBFloat16 && p.value().scalar_type() != at::kChar) {
+      if (!held_narrow(p.value().scalar_type())) {
         file.read_into(name, p.value());
         continue;
       }

@@ -56,8 +56,7 @@ torch::Tensor fused_lm_loss(const torch::Tensor& hidden_TD, const torch::Tensor&
   // gradients are computed in the forward pass only when a backward can follow (not under no_grad)
   const bool grad = torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad());
   // a head held in bf16 or int8 is read as it is by project() (no float32 copy of it) unless a gradient needs it
-  const bool held = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kChar;
-  if (grad || !held) w = widened(w, h.scalar_type()).to(h.scalar_type());
+  if (grad || !held_narrow(w.scalar_type())) w = widened(w, h.scalar_type()).to(h.scalar_type());
   return FusedLinearCrossEntropy::apply(h, w, targets_T, chunk, grad);
 }
 

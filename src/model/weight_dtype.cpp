@@ -49,8 +49,7 @@ HeldWeights hold_weights(TransformerLMImpl& model, at::ScalarType dtype, bool va
   int64_t all = 0;
   for (auto& p : model.parameters()) all += p.numel();
   if (dtype == at::kFloat) return {0, 0, all};
-  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kChar, "weights are held in float32, bfloat16 or int8, not ",
-              c10::toString(dtype));
+  TORCH_CHECK(held_narrow(dtype), "weights are held in float32, bfloat16 or int8, not ", c10::toString(dtype));
   at::NoGradGuard no_grad;
   for (auto& w : bf16_capable(model)) {
     if (w.scalar_type() == dtype || (dtype == at::kChar && !q8_holds(w))) continue;

@@ -39,7 +39,7 @@ const float* floats(const at::Tensor& t) {
   return t.data_ptr<float>();
 }
 
-bool held_weight(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kChar; }
+bool held_weight(at::ScalarType t) { return t == at::kFloat || held_narrow(t); }
 
 Matrix matrix(const at::Tensor& w, const at::Tensor& b = {}) {
   TORCH_CHECK(w.dim() == 2 && w.stride(1) == 1 && held_weight(w.scalar_type()), "decode engine: a ", w.sizes(), " ",

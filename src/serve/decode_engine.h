@@ -5,7 +5,7 @@
 // LibTorch operator calls around it. The module path spends ~1,500 such calls per token on the
 // quickstart model (routing, dispatch, statistics, views), and its speed was a sixth of the
 // memory-bandwidth bound. Here a step runs, per layer, RMSNorm, the q/k/v projections (the
-// row kernel of core/bf16.h, float32 or bf16 weights), RoPE, attention over this engine's own
+// row kernel of core/bf16.h, float32, bf16 or int8 weights), RoPE, attention over this engine's own
 // cache, the output projection, and the FFN: a dense SwiGLU/GELU, or a top-k router and the
 // chosen experts' products grouped by expert across rows, shared experts and their gate; then the
 // final norm and the head. Buffers are allocated once; the only LibTorch call of a step is the
@@ -16,11 +16,11 @@
 // tokens in one step (a prompt, or part of one, beside the rows decoding): each row attends to
 // the keys up to its own position. Every row's numbers are computed the same way whatever else
 // is in the step (the kernels' sums run in one order per output), so a prompt fed in one step
-// or token by token, alone or beside others, gives the same logits bit for bit. Long prompts
-// are better run by the modules (whole matrices, one GEMM per weight), whose cache a slot then
-// takes over (`load`).
+// or token by token, alone or beside others, gives the same logits bit for bit. Prompts run here
+// too, kPrefillRows tokens a step (faster than the modules' GEMMs at 128 and 512 tokens,
+// docs/benchmarks.md); `load` takes over a cache the modules filled.
 //
-// It runs the plain LLaMA/Mixtral/Qwen-style model: float32 or bf16 weights, SwiGLU or GELU
+// It runs the plain LLaMA/Mixtral/Qwen-style model: float32, bf16 or int8 weights, SwiGLU or GELU
 // FFNs, MoE blocks with softmax, sigmoid or norm top-k routers (selection bias, renormalisation,
 // gate scale), expert biases and shared experts. A method's slot (an extension, another FFN
 // kind), a capacity limit, a probe's routing, float64 weights or another router are run by the
