@@ -36,7 +36,7 @@ class ExpertParallelBank : public UnitBank {
   ExpertParallelBank(std::shared_ptr<ExpertBank> bank, DataParallel& group);
   int64_t num_units() const override { return bank_->num_units(); }
   at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override;
-  // no inference path (offers_combined() is false): dispatch() takes the grouped path, which
+  // no combined path (offers_combined() is false): dispatch() takes the grouped path, which
   // exchanges the rows with the experts' owners
   at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override;
   int64_t first_owned() const { return group_.rank() * owned_; }

@@ -28,9 +28,9 @@ class UnitBank : public torch::nn::Module {
   virtual at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E, const at::Tensor& side_PS) {
     return forward_grouped(rows_PD, counts_E);
   }
-  // Inference (no grad): y_TD = sum over pairs of weight_P * unit_P(x[token_P]), pairs sorted by
-  // unit (counts_E per unit), gathered and combined chunk by chunk (moe/grouped_ffn.h), or with
-  // `fused` by the kernel of moe/fused_units.h. Offered only by banks that say so (not by one
+  // y_TD = sum over pairs of weight_P * unit_P(x[token_P]), pairs sorted by unit (counts_E per
+  // unit), gathered and combined chunk by chunk (moe/combined_ffn.h; differentiable), or with
+  // `fused` (no grad) by the kernel of moe/fused_units.h. Offered only by banks that say so (not by one
   // with a per-token side input, nor by expert parallelism); dispatch() chooses (units_path).
   virtual bool offers_combined() const { return false; }
   virtual UnitPack* unit_pack() const { return nullptr; }  // the fused kernel's packed weights; null: no fused path

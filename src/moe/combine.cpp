@@ -175,7 +175,7 @@ void gather_into(at::Tensor& rows_PD, const at::Tensor& x_TD, const at::Tensor& 
 void combine_into(at::Tensor& y_TD, const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P) {
   RECORD_FUNCTION("mf::combine", std::vector<c10::IValue>());
   if (!y_TD.is_cpu()) {
-    y_TD.index_add_(0, token_P, out_PD * weight_P.unsqueeze(1));
+    y_TD.index_add_(0, token_P, weight_P.defined() ? out_PD * weight_P.unsqueeze(1) : out_PD);
     return;
   }
   AT_DISPATCH_FLOATING_TYPES(out_PD.scalar_type(), "combine_into",

@@ -11,8 +11,8 @@ namespace mf {
 //   d_out[p] = weight[p] * dy[token[p]],   d_weight[p] = <out[p], dy[token[p]]>
 at::Tensor combine(const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P, int64_t T);
 
-// y_TD[token_P[p]] += weight_P[p] * out_PD[p] in place, in pair order (no autograd): the fused
-// inference path combines one chunk of pairs at a time with it.
+// y_TD[token_P[p]] += weight_P[p] * out_PD[p] in place, in pair order (no autograd; an undefined
+// weight_P = weight 1): moe/combined_ffn.cpp combines one chunk of pairs at a time with it.
 void combine_into(at::Tensor& y_TD, const at::Tensor& out_PD, const at::Tensor& token_P, const at::Tensor& weight_P);
 
 // rows_PD[p] = x_TD[token_P[p]] into a preallocated contiguous rows_PD (no autograd).

@@ -44,17 +44,17 @@ const char* to_string(UnitsPath path) {
 void force_units_path(std::optional<UnitsPath> path) { forced_path = path ? static_cast<int>(*path) : -1; }
 
 UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank) {
-  const bool inference = !at::GradMode::is_enabled() && bank.offers_combined();
-  const bool fused = inference && bank.unit_pack() && fused_units_available(x_TD);
-  const bool preferred = fused && fused_units_preferred(x_TD);
+  const bool combined = bank.offers_combined();
+  const bool fused = combined && !at::GradMode::is_enabled() && bank.unit_pack() && fused_units_available(x_TD);
   if (const int f = forced_path; f >= 0) {
     const auto path = static_cast<UnitsPath>(f);
-    TORCH_CHECK(path == UnitsPath::Grouped || inference, "units path '", to_string(path),
-                "' is pinned but needs no grad mode and a bank with an inference path");
-    TORCH_CHECK(path != UnitsPath::Fused || fused, "units path 'fused' is pinned but needs float32 on the CPU");
+    TORCH_CHECK(path == UnitsPath::Grouped || combined, "units path '", to_string(path),
+                "' is pinned but this bank computes only grouped units");
+    TORCH_CHECK(path != UnitsPath::Fused || fused,
+                "units path 'fused' is pinned but needs no grad mode, float32 on the CPU and packed weights");
     return path;
   }
-  return preferred ? UnitsPath::Fused : inference ? UnitsPath::Combined : UnitsPath::Grouped;
+  return fused && fused_units_preferred(x_TD) ? UnitsPath::Fused : combined ? UnitsPath::Combined : UnitsPath::Grouped;
 }
 
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {

@@ -18,9 +18,10 @@ struct DispatchResult {
 };
 
 // How dispatch runs a bank's units (one choice per call, made by units_path):
-//   grouped   gather -> the bank's grouped units (autograd, hand-written backward) -> combine:
-//             under grad mode, and for banks without an inference path
-//   combined  no grad: gather, units and combine chunk by chunk (moe/grouped_ffn.h)
+//   grouped   gather -> the bank's grouped units (hand-written backward) -> combine: banks
+//             without a combined path, or pinned
+//   combined  gather, units and combine chunk by chunk (moe/combined_ffn.h), training and
+//             inference: banks that offer it (ExpertBank, ExpertBlocks)
 //   fused     no grad, float32, a bank with packed weights: gather and combine inside the unit
 //             GEMMs (moe/fused_units.h); unasked on AVX-512 CPUs only (fused_units_preferred)
 enum class UnitsPath { Grouped, Combined, Fused };

@@ -11,6 +11,7 @@
 #include "model/small_attention.h"
 #include "moe/banks.h"
 #include "moe/combine.h"
+#include "moe/combined_ffn.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 #include "train/fused_adamw.h"
@@ -105,6 +106,33 @@ KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
   };
   c.reference = [=] {
     return forward_backward([=] { return units_loop(rows, gate_up, down, pairs); }, {rows, gate_up, down}, up);
+  };
+  return c;
+}
+
+// The training path straight from x (fine-grained SwiGLU experts): chunks of gather -> unit ->
+// combine and their hand-written backward, against gather -> the units loop -> scaled index_add.
+KernelCase combined_training_case(CaseSize size, at::ScalarType dtype) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t T = perf ? 4096 : 29, D = perf ? 512 : 16, E = perf ? 64 : 6, k = perf ? 8 : 2, F = perf ? 128 : 12;
+  const int64_t P = T * k;
+  const auto pairs = sorted_pairs(T, E, P);
+  auto gate_up = input({E, 2 * F, D}, dtype, true), down = input({E, D, F}, dtype, true);
+  auto x = input({T, D}, dtype, true), weight = input({P}, dtype, true), up = input({T, D}, dtype);
+  KernelCase c{"combined units (training), fwd+bwd", fmt::format("T={} P={} D={} E={} F={} SwiGLU", T, P, D, E, F),
+               18.0 * P * D * F, 1e-5};
+  c.ours = [=] {
+    return forward_backward(
+        [=] { return grouped_ffn_combined(x, pairs.token_P, weight, pairs.counts_U, gate_up, down, true); },
+        {x, weight, gate_up, down}, up);
+  };
+  c.reference = [=] {
+    return forward_backward(
+        [=] {
+          auto out = units_loop(x.index_select(0, pairs.token_P), gate_up, down, pairs);
+          return torch::zeros_like(x).index_add(0, pairs.token_P, out * weight.unsqueeze(1));
+        },
+        {x, weight, gate_up, down}, up);
   };
   return c;
 }
@@ -232,6 +260,7 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   return {combine_case(size, dtype),
           gather_case(size, dtype),
           grouped_case(size, dtype),
+          combined_training_case(size, dtype),
           units_case(size, dtype, 1, false),
           units_case(size, dtype, 8, false),
           units_case(size, dtype, 1, true),

@@ -39,10 +39,16 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
     auto x = torch::randn({s.T, s.d}).requires_grad_(true);
     auto grad = torch::ones({s.T, s.d});
-    const double t_moe = best_seconds(iters, [&] {
-      auto r = router->forward(x);
-      dispatch(x, r.assignment, bank).y_TD.backward(grad);
-    });
+    const auto t_moe = [&](UnitsPath path) {
+      force_units_path(path);
+      const double sec = best_seconds(iters, [&] {
+        auto r = router->forward(x);
+        dispatch(x, r.assignment, bank).y_TD.backward(grad);
+      });
+      force_units_path(std::nullopt);
+      return sec;
+    };
+    const double t_combined = t_moe(UnitsPath::Combined), t_grouped = t_moe(UnitsPath::Grouped);
     const double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
     const auto row = [&](const std::string& impl, double sec) {
       table.add({{"shape", s.name},
@@ -52,7 +58,8 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
                  {"gflops", s.flops() / sec / 1e9},
                  {"vs_dense", t_dense / sec}});
     };
-    row("moeforge MoE layer", t_moe);
+    row("moeforge MoE layer", t_combined);
+    row("  grouped units path", t_grouped);
     row("dense SwiGLU (k*F)", t_dense);
     if (peer.empty()) continue;
     const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}", s.T,

@@ -1,4 +1,5 @@
-// `moeforge bench moe`: forward+backward time of the MoE layer against a dense SwiGLU with the
+// `moeforge bench moe`: forward+backward time of the MoE layer (its training path, the combined
+// units of moe/combined_ffn.h, and the grouped path beside it) against a dense SwiGLU with the
 // same active FLOPs (the practical ceiling) and the Hugging Face style per-expert Python loop
 // (bench/peers/hf_moe_loop.py with python3-torch), in the same and in the default environment.
 #pragma once

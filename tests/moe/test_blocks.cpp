@@ -1,15 +1,18 @@
 // (expert, block) units: ExpertBlocks and the grouped FFN over block slices against the
 // per-unit reference (float64, outputs and gradients).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <iostream>
 
 #include "moe/banks.h"
+#include "moe/combined_ffn.h"
 #include "moe/dispatch.h"
 #include "moe/fast_vs_reference.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
+#include "moe/unit_slices.h"
 
 using namespace mf;
 
@@ -22,6 +25,20 @@ ExpertBank random_bank(int64_t E, int64_t D, int64_t F, const std::string& activ
   for (auto& p : bank.parameters()) p.normal_(0, 0.5);
   return bank;
 }
+
+// An ExpertBank's units without its combined path, as expert parallelism's bank
+class GroupedOnlyBank : public UnitBank {
+ public:
+  explicit GroupedOnlyBank(ExpertBank& bank) : bank_(bank) {}
+  int64_t num_units() const override { return bank_.num_units(); }
+  at::Tensor forward_grouped(const at::Tensor& rows_PD, const at::Tensor& counts_E) override {
+    return bank_.forward_grouped(rows_PD, counts_E);
+  }
+  at::Tensor forward_unit(int64_t unit, const at::Tensor& rows) override { return bank_.forward_unit(unit, rows); }
+
+ private:
+  ExpertBank& bank_;
+};
 
 struct ThreadsForTest {  // the test binary runs one thread; these tests also take the threaded paths
   explicit ThreadsForTest(int n) { at::set_num_threads(n); }
@@ -123,12 +140,58 @@ TEST(ExpertBlocks, CombinedInferencePathMatchesReference) {
       }
 }
 
-TEST(ExpertBlocks, CombinedPathRefusesGradModeAndSortedPairsSkipTheSort) {
+// The training path: the same chunks, differentiable (the hand-written chunk backward of
+// moe/combined_ffn.h) in x, the pair weights, the weights and both biases, against the per-unit
+// reference under autograd; across chunk boundaries, with an empty unit, 1 and 2 threads.
+TEST(ExpertBlocks, CombinedTrainingPathMatchesReferenceWithGradients) {
+  torch::manual_seed(10);
+  for (int threads : {1, 2})
+    for (std::string act : {"gelu", "swiglu"})
+      for (int64_t B : {1, 2, 3}) {
+        ThreadsForTest use(threads);
+        const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
+        auto bank = random_bank(E, D, F, act, /*bias=*/true);
+        ExpertBlocks blocks(bank, B);
+        UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
+        auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
+        auto token_P = torch::randint(T, {P}, torch::kLong), counts = torch::bincount(unit_P, {}, E * B);
+        auto weight_P = torch::randn({P}, torch::kFloat64).requires_grad_(true);
+        const auto x = torch::randn({T, D}, torch::kFloat64);
+        auto run = [&](int64_t rows) {  // 0: the reference
+          weight_P.mutable_grad() = at::Tensor();
+          for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
+          return test::output_and_grads(
+              [&](const at::Tensor& x) {
+                if (rows == 0) return dense_reference(x, Assignment{token_P, unit_P, weight_P, T, E * B}, units);
+                return grouped_ffn_combined(x, token_P, weight_P, counts, bank.gate_up_proj, bank.down_proj,
+                                            act == "swiglu", bank.gate_up_proj_bias,
+                                            B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
+              },
+              x,
+              [&] {
+                return std::vector<at::Tensor>{weight_P.grad(), bank.gate_up_proj.grad(), bank.down_proj.grad(),
+                                               bank.gate_up_proj_bias.grad(), bank.down_proj_bias.grad()};
+              });
+        };
+        const auto ref = run(0);
+        for (size_t i = 0; i < 5; ++i) EXPECT_GT(ref[i].abs().max().item<double>(), 1e-3) << "entry " << i;
+        for (int64_t rows : {int64_t{1}, int64_t{3}, P})
+          test::expect_close(
+              run(rows), ref,
+              {"output", "grad x", "grad weight_P", "grad gate_up", "grad down", "grad gate_up bias", "grad down bias"},
+              fmt::format("{} B={} chunk rows {} threads {}", act, B, rows, threads));
+      }
+}
+
+TEST(ExpertBlocks, FusedPathRefusesGradModeAndSortedPairsSkipTheSort) {
   auto bank = random_bank(2, 3, 4, "gelu", false);
   auto x = torch::randn({3, 3}, torch::kFloat64);
   auto token = torch::tensor({2, 0, 1, 2}, torch::kLong), counts = torch::tensor({2, 2}, torch::kLong);
   auto weight = torch::ones({4}, torch::kFloat64);
-  EXPECT_THROW(grouped_ffn_combined(x, token, weight, counts, bank.gate_up_proj, bank.down_proj, false), c10::Error);
+  ExpertBank trained(2, 3, 4, Activation::GELU);  // float32 (packable), weights requiring grad
+  EXPECT_THROW(grouped_ffn_combined(x.to(torch::kFloat), token, weight, counts, trained.gate_up_proj, trained.down_proj,
+                                    false, {}, {}, 1, kCombinedChunkHidden, trained.unit_pack()),
+               c10::Error);
   // pairs given unit-major (units 0, 0, 1, 1) with the flag give what the sorted path gives
   Assignment sorted{token, torch::tensor({0, 0, 1, 1}, torch::kLong), weight, 3, 2};
   sorted.sorted_by_unit = true;
@@ -204,7 +267,12 @@ TEST(UnitsPath, TheChoiceIsReportedAndEveryPathAgrees) {
   auto unit_TK = std::get<1>(torch::rand({T, E}).topk(2, -1));
   Assignment a{torch::arange(T).repeat_interleave(2), unit_TK.reshape({-1}), torch::rand({2 * T}), T, E};
   const bool fused = fused_units_available(x);
-  EXPECT_EQ(units_path(x, bank), UnitsPath::Grouped);  // grad mode: training
+  EXPECT_EQ(units_path(x, bank), UnitsPath::Combined);  // grad mode: training
+  {
+    force_units_path(UnitsPath::Fused);
+    EXPECT_THROW(dispatch(x, a, bank), c10::Error) << "the fused path pinned under grad mode";
+    force_units_path(std::nullopt);
+  }
   torch::NoGradGuard g;
   EXPECT_EQ(units_path(x, bank), fused_units_preferred(x) ? UnitsPath::Fused : UnitsPath::Combined);
   EXPECT_EQ(units_path(x.to(torch::kFloat64), bank), UnitsPath::Combined);  // the fused kernel is float32
@@ -220,10 +288,8 @@ TEST(UnitsPath, TheChoiceIsReportedAndEveryPathAgrees) {
     const auto y = dispatch(x, a, bank).y_TD;
     EXPECT_LT((y - ref).abs().max().item<double>(), 1e-5 * ref.abs().max().item<double>()) << to_string(path);
   }
-  {
-    force_units_path(UnitsPath::Combined);
-    c10::AutoGradMode grad(true);
-    EXPECT_THROW(dispatch(x, a, bank), c10::Error) << "the inference path pinned under grad mode";
-  }
+  force_units_path(UnitsPath::Combined);
+  GroupedOnlyBank grouped_only(bank);
+  EXPECT_THROW(dispatch(x, a, grouped_only), c10::Error) << "the combined path pinned for a bank without one";
   force_units_path(std::nullopt);
 }

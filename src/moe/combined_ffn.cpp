@@ -1,0 +1,181 @@
+#include "moe/combined_ffn.h"
+
+#include <torch/autograd.h>
+
+#include <algorithm>
+
+#include "moe/combine.h"
+#include "moe/fused_units.h"
+#include "moe/unit_slices.h"
+
+namespace mf {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// One call's plan: the units' slices, their pair ranges, the threads' units and R rows a chunk.
+struct ChunkPlan {
+  UnitSlices units;
+  std::vector<int64_t> counts, start;
+  std::vector<std::vector<size_t>> threads;
+  int64_t R;
+
+  ChunkPlan(const at::Tensor& x, std::vector<int64_t> counts_U, int64_t F, bool swiglu, int64_t blocks,
+            int64_t chunk_hidden)
+      : units{blocks, F, F / blocks, swiglu},
+        counts(std::move(counts_U)),
+        start(unit_starts(counts)),
+        threads(split_units(counts, threads_for(x))) {
+    const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    R = std::max<int64_t>(1, std::min(chunk_hidden / units.M, largest));
+  }
+  int64_t hidden() const { return units.swiglu ? 2 * units.M : units.M; }
+  // per thread, R rows of `width` scratch
+  at::Tensor scratch(int64_t width, const at::Tensor& like) const {
+    return at::empty({static_cast<int64_t>(threads.size()), R, width}, like.options());
+  }
+  // one [T, D] sum per thread: the first is `first`, the others are added to it by sum()
+  std::vector<at::Tensor> sums(const at::Tensor& first) const {
+    std::vector<at::Tensor> out{first};
+    for (size_t t = 1; t < threads.size(); ++t) out.push_back(at::zeros_like(first));
+    return out;
+  }
+  static void sum(std::vector<at::Tensor>& sums) {
+    for (size_t t = 1; t < sums.size(); ++t) sums[0].add_(sums[t]);
+  }
+  // fn(u, thread, first pair, rows) for every chunk of every unit
+  template <typename Fn>
+  void each_chunk(Fn&& fn) const {
+    each_unit(threads, [&](size_t u, int64_t t) {
+      for (int64_t off = 0; off < counts[u]; off += R) fn(u, t, start[u] + off, std::min(R, counts[u] - off));
+    });
+  }
+};
+
+// y = sum over chunks of w * unit(x[token]); h_P keeps every pair's H (training) or is undefined
+at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::Tensor& token, const at::Tensor& weight,
+                            const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
+                            const at::Tensor& b2, const at::Tensor& h_P) {
+  const int64_t D = x.size(1);
+  auto y_TD = at::zeros_like(x);
+  auto ys = p.sums(y_TD);
+  auto rows = p.scratch(D, x), out = p.scratch(D, x), a = p.scratch(p.units.M, x);
+  auto h = h_P.defined() ? at::Tensor() : p.scratch(p.hidden(), x);
+  p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
+    auto token_n = token.narrow(0, first, n);
+    auto rows_n = rows[t].narrow(0, 0, n), out_n = out[t].narrow(0, 0, n);
+    gather_into(rows_n, x, token_n);
+    p.units.forward(u, rows_n, gate_up, down, b1, b2, h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n),
+                    a[t].narrow(0, 0, n), out_n);
+    combine_into(ys[t], out_n, token_n, weight.narrow(0, first, n));
+  });
+  ChunkPlan::sum(ys);
+  return y_TD;
+}
+
+// The chunk backward of combined_ffn.h's header, per chunk of n pairs of unit u = (e, b).
+struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
+                            const at::Tensor& b2, const at::Tensor& token, const std::vector<int64_t>& counts,
+                            bool swiglu, int64_t blocks, int64_t chunk_hidden) {
+    const ChunkPlan p(x, counts, down.size(2), swiglu, blocks, chunk_hidden);
+    auto h_P = at::empty({token.numel(), p.hidden()}, x.options());
+    auto y = combined_forward(p, x, token, weight, gate_up, down, b1, b2, h_P);
+    ctx->save_for_backward({x, weight, gate_up, down, b1, b2, token, h_P});
+    ctx->saved_data["counts"] = c10::IValue(counts);
+    ctx->saved_data["swiglu"] = swiglu;
+    ctx->saved_data["blocks"] = blocks;
+    ctx->saved_data["chunk_hidden"] = chunk_hidden;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const auto &x = s[0], &weight = s[1], &gate_up = s[2], &down = s[3], &b1 = s[4], &b2 = s[5], &token = s[6],
+               &h_P = s[7];
+    const ChunkPlan p(x, ctx->saved_data["counts"].toIntVector(), down.size(2), ctx->saved_data["swiglu"].toBool(),
+                      ctx->saved_data["blocks"].toInt(), ctx->saved_data["chunk_hidden"].toInt());
+    const auto& units = p.units;
+    auto dy = grads[0].contiguous();
+    auto dx = at::zeros_like(x), dweight = at::empty_like(weight);
+    auto dw1 = at::zeros_like(gate_up), dw2 = at::zeros_like(down);
+    auto db1 = b1.numel() ? at::zeros_like(b1) : at::Tensor(), db2 = b2.numel() ? at::zeros_like(b2) : at::Tensor();
+    auto dxs = p.sums(dx);
+    const int64_t D = x.size(1);
+    auto rows = p.scratch(D, x), g = p.scratch(D, x), a = p.scratch(units.M, x), ga = p.scratch(units.M, x);
+    p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
+      const int64_t e = units.expert(u), b = units.block(u);
+      auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n), h_n = h_P.narrow(0, first, n);
+      auto x_n = rows[t].narrow(0, 0, n), g_n = g[t].narrow(0, 0, n), a_n = a[t].narrow(0, 0, n),
+           ga_n = ga[t].narrow(0, 0, n);
+      gather_into(x_n, x, token_n);
+      gather_into(g_n, dy, token_n);
+      units.activate(h_n, a_n);
+      at::mm_out(ga_n, g_n, units.w2(down[e], b));  // G = g W2
+      auto dweight_n = dweight.narrow(0, first, n);
+      at::sum_out(dweight_n, a_n * ga_n, {1});
+      if (db2.defined()) {
+        dweight_n.add_(at::mv(g_n, b2[e]));
+        db2[e].addmv_(g_n.t(), w_n);
+      }
+      ga_n.mul_(w_n.unsqueeze(1));  // dA
+      a_n.mul_(w_n.unsqueeze(1));   // w A
+      auto dw2_n = units.w2(dw2[e], b);
+      at::addmm_out(dw2_n, dw2_n, g_n.t(), a_n);
+      auto dh = units.activation_backward(h_n, ga_n);
+      if (db1.defined()) units.add_w1(db1[e], b, dh.sum(0));
+      units.add_w1_grad(dw1[e], b, dh, x_n);
+      at::mm_out(x_n, dh, units.w1(gate_up[e], b));  // x_n now holds dX's rows
+      combine_into(dxs[t], x_n, token_n, {});
+    });
+    ChunkPlan::sum(dxs);
+    return {dx, dweight, dw1, dw2, db1, db2, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor fused_combined(UnitPack& pack, const ChunkPlan& p, const at::Tensor& x, const at::Tensor& token,
+                          const at::Tensor& weight, const at::Tensor& gate_up, const at::Tensor& down,
+                          const at::Tensor& gate_up_bias, const at::Tensor& down_bias) {
+  TORCH_CHECK(fused_units_available(x), "the fused units kernel needs float32 on the CPU");
+  const auto packed = pack.get(gate_up, down, gate_up_bias, down_bias, p.units.blocks, p.units.swiglu);
+  auto y_TD = at::zeros_like(x);
+  auto ys = p.sums(y_TD);
+  auto h = at::empty({static_cast<int64_t>(p.threads.size()), kFusedChunk, packed->n1}, x.options());
+  each_unit(p.threads, [&](size_t u, int64_t t) {
+    fused_unit(*packed, static_cast<int64_t>(u), x.data_ptr<float>(), token.data_ptr<int64_t>() + p.start[u],
+               weight.data_ptr<float>() + p.start[u], p.counts[u], ys[t].data_ptr<float>(), h[t].data_ptr<float>());
+  });
+  ChunkPlan::sum(ys);
+  return y_TD;
+}
+
+}  // namespace
+
+at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_P, const at::Tensor& weight_P,
+                                const at::Tensor& counts_U, const at::Tensor& gate_up, const at::Tensor& down_EDF,
+                                bool swiglu, const at::Tensor& gate_up_bias, const at::Tensor& down_bias,
+                                int64_t blocks, int64_t chunk_hidden, UnitPack* pack) {
+  const int64_t F = down_EDF.size(2);
+  auto counts = host_counts(counts_U, down_EDF.size(0), F, blocks);
+  TORCH_CHECK(blocks == 1 || !down_bias.defined(), "grouped_ffn_combined: the output bias belongs to the whole expert");
+  auto x = x_TD.contiguous();
+  auto token = token_P.to(at::kLong).contiguous();
+  auto weight = weight_P.to(x.scalar_type()).contiguous();
+  // autograd::Function takes no undefined tensors: an empty one stands for "no bias"
+  const auto none = at::empty({0}, x.options());
+  const auto& b1 = gate_up_bias.defined() ? gate_up_bias : none;
+  const auto& b2 = down_bias.defined() ? down_bias : none;
+  const bool grad =
+      at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || gate_up.requires_grad() ||
+                                     down_EDF.requires_grad() || b1.requires_grad() || b2.requires_grad());
+  TORCH_CHECK(!pack || !grad, "the fused units kernel is an inference path: call it without grad");
+  if (grad)
+    return CombinedFFN::apply(x, weight, gate_up, down_EDF, b1, b2, token, counts, swiglu, blocks, chunk_hidden);
+  const ChunkPlan p(x, std::move(counts), F, swiglu, blocks, chunk_hidden);
+  if (pack) return fused_combined(*pack, p, x, token, weight, gate_up, down_EDF, gate_up_bias, down_bias);
+  return combined_forward(p, x, token, weight, gate_up, down_EDF, b1, b2, {});
+}
+
+}  // namespace mf
