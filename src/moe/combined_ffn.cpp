@@ -6,6 +6,7 @@
 
 #include "moe/combine.h"
 #include "moe/fused_units.h"
+#include "moe/swiglu_rows.h"
 #include "moe/unit_slices.h"
 
 namespace mf {
@@ -74,6 +75,21 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
   return y_TD;
 }
 
+// From H and G = dy[token] W2 of a chunk's pairs with weights w: dweight = rowsum(A * G),
+// wa = w A and dH (into dh, SwiGLU on the CPU: one pass) -> dH
+at::Tensor activation_chunk_backward(const UnitSlices& units, const at::Tensor& h, at::Tensor& g, const at::Tensor& w,
+                                     at::Tensor& dweight, at::Tensor& wa, at::Tensor dh) {
+  if (units.swiglu && h.is_cpu()) {
+    swiglu_backward_rows(h, g, w, dweight, wa, dh);
+    return dh;
+  }
+  units.activate(h, wa);
+  at::sum_out(dweight, wa * g, {1});
+  g.mul_(w.unsqueeze(1));  // dA
+  wa.mul_(w.unsqueeze(1));
+  return units.activation_backward(h, g);
+}
+
 // The chunk backward of combined_ffn.h's header, per chunk of n pairs of unit u = (e, b).
 struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -105,6 +121,7 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     auto dxs = p.sums(dx);
     const int64_t D = x.size(1);
     auto rows = p.scratch(D, x), g = p.scratch(D, x), a = p.scratch(units.M, x), ga = p.scratch(units.M, x);
+    auto dh = p.scratch(p.hidden(), x);
     p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
       const int64_t e = units.expert(u), b = units.block(u);
       auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n), h_n = h_P.narrow(0, first, n);
@@ -112,22 +129,18 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
            ga_n = ga[t].narrow(0, 0, n);
       gather_into(x_n, x, token_n);
       gather_into(g_n, dy, token_n);
-      units.activate(h_n, a_n);
-      at::mm_out(ga_n, g_n, units.w2(down[e], b));  // G = g W2
+      at::mm_out(ga_n, g_n, units.w2(down[e], b));  // G = dy[token] W2
       auto dweight_n = dweight.narrow(0, first, n);
-      at::sum_out(dweight_n, a_n * ga_n, {1});
+      auto dh_n = activation_chunk_backward(units, h_n, ga_n, w_n, dweight_n, a_n, dh[t].narrow(0, 0, n));
       if (db2.defined()) {
         dweight_n.add_(at::mv(g_n, b2[e]));
         db2[e].addmv_(g_n.t(), w_n);
       }
-      ga_n.mul_(w_n.unsqueeze(1));  // dA
-      a_n.mul_(w_n.unsqueeze(1));   // w A
       auto dw2_n = units.w2(dw2[e], b);
       at::addmm_out(dw2_n, dw2_n, g_n.t(), a_n);
-      auto dh = units.activation_backward(h_n, ga_n);
-      if (db1.defined()) units.add_w1(db1[e], b, dh.sum(0));
-      units.add_w1_grad(dw1[e], b, dh, x_n);
-      at::mm_out(x_n, dh, units.w1(gate_up[e], b));  // x_n now holds dX's rows
+      if (db1.defined()) units.add_w1(db1[e], b, dh_n.sum(0));
+      units.add_w1_grad(dw1[e], b, dh_n, x_n);
+      at::mm_out(x_n, dh_n, units.w1(gate_up[e], b));  // x_n now holds dX's rows
       combine_into(dxs[t], x_n, token_n, {});
     });
     ChunkPlan::sum(dxs);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/runtime.h"
+#include "moe/swiglu_rows.h"
 
 namespace mf {
 
@@ -90,7 +91,9 @@ struct UnitSlices {
   at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
   // A from H into a
   void activate(const at::Tensor& h, at::Tensor a) const {
-    if (swiglu)
+    if (swiglu && h.is_cpu() && h.is_contiguous() && a.is_contiguous())
+      swiglu_forward_rows(h, a);
+    else if (swiglu)
       at::mul_out(a, at::silu(h.narrow(1, 0, M)), h.narrow(1, M, M));
     else
       at::gelu_out(a, h);
