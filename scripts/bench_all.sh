@@ -23,6 +23,6 @@ for i in $(seq 1 "$runs"); do
   $MF bench unif --json "$out/unif_$i.json"
   $MF bench train --json "$out/train_$i.json"
   $MF bench generate --json "$out/generate_$i.json"
+  $MF bench moe --shape scaling --peer '' --json "$out/scaling_$i.json"
 done
-$MF bench moe --shape scaling --peer '' --json "$out/scaling.json"
 python3 scripts/bench_summary.py "$out" | tee "$out/summary.md"

@@ -39,14 +39,19 @@ def main(d):
             continue
         print(f"| {shape} | {impl} | {stat([x['tokens_per_s'] for x in rows])} | "
               f"{stat([x['gflops'] for x in rows])} | {stat([x['vs_dense'] for x in rows])} |")
-    scaling = load(os.path.join(d, "scaling.json"))
+    scaling = load(os.path.join(d, "scaling*.json"))
     if scaling:
-        print("\n## Scaling: E = 8..256 at fixed active width k F = 1024 (one run)\n")
-        print("| E | MoE ms | dense ms | vs dense |\n|---|---|---|---|")
+        print(f"\n## Scaling: E = 8..256 at fixed active width k F = 1024 ({len(scaling)} runs: median (min-max))\n")
+        paths = list(dict.fromkeys(x["impl"].strip() for x in scaling[0] if not x["impl"].startswith("dense")))
+        print("| E | dense ms | " + " | ".join(f"{p}: ms, vs dense" for p in paths) + " |")
+        print("|---|---|" + "---|" * len(paths))
         for shape in dict.fromkeys(x["shape"] for x in scaling[0]):
-            moe = next(x for x in scaling[0] if x["shape"] == shape and x["impl"].startswith("moeforge"))
-            dense = next(x for x in scaling[0] if x["shape"] == shape and x["impl"].startswith("dense"))
-            print(f"| {shape[1:]} | {1e3 * moe['seconds']:.1f} | {1e3 * dense['seconds']:.1f} | {moe['vs_dense']:.2f}x |")
+            def rows(impl):
+                return [x for run in scaling for x in run if x["shape"] == shape and x["impl"].strip() == impl]
+            dense = next(x["impl"] for x in scaling[0] if x["impl"].startswith("dense"))
+            cells = [f"{stat([1e3 * x['seconds'] for x in rows(p)])}, {stat([x['vs_dense'] for x in rows(p)])}x"
+                     for p in paths]
+            print(f"| {shape[1:]} | {stat([1e3 * x['seconds'] for x in rows(dense)])} | " + " | ".join(cells) + " |")
     runs = load(os.path.join(d, "kernels_*.json"))
     print(f"\n## Kernels vs their LibTorch compositions ({len(runs)} runs)\n")
     print("| kernel | shape | ours ms | LibTorch ms | speed-up | GFLOP/s | rel. error |\n|---|---|---|---|---|---|---|")
