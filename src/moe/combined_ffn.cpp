@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "moe/activation_rows.h"
 #include "moe/combine.h"
 #include "moe/fused_units.h"
-#include "moe/swiglu_rows.h"
 #include "moe/unit_slices.h"
 
 namespace mf {
@@ -76,11 +76,11 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
 }
 
 // From H and G = dy[token] W2 of a chunk's pairs with weights w: dweight = rowsum(A * G),
-// wa = w A and dH (into dh, SwiGLU on the CPU: one pass) -> dH
+// wa = w A and dH (into dh; on the CPU in one pass) -> dH
 at::Tensor activation_chunk_backward(const UnitSlices& units, const at::Tensor& h, at::Tensor& g, const at::Tensor& w,
                                      at::Tensor& dweight, at::Tensor& wa, at::Tensor dh) {
-  if (units.swiglu && h.is_cpu()) {
-    swiglu_backward_rows(h, g, w, dweight, wa, dh);
+  if (h.is_cpu()) {
+    activation_backward_rows(h, g, w, dweight, wa, dh, units.swiglu);
     return dh;
   }
   units.activate(h, wa);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/exp_poly.h"
 #include "core/simd.h"
 
 namespace mf {
@@ -126,8 +127,7 @@ MF_ALWAYS_INLINE void tile_rows(const float* (&a)[R], int64_t r0, int64_t count,
   for (int r = 0; r < R; ++r) a[r] = row(std::min<int64_t>(r0 + r, count - 1));
 }
 
-// e^x: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes' degree-5 polynomial (about 1 ulp),
-// 2^n put into the exponent bits
+// e^x: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by core/exp_poly.h, 2^n put into the exponent bits
 template <int W>
 MF_ALWAYS_INLINE typename Lanes<W>::Vec exp_vec(typename Lanes<W>::Vec x) {
   using Vec = typename Lanes<W>::Vec;
@@ -136,12 +136,8 @@ MF_ALWAYS_INLINE typename Lanes<W>::Vec exp_vec(typename Lanes<W>::Vec x) {
   x = x > splat<W>(-87.3365447505531f) ? x : splat<W>(-87.3365447505531f);
   Vec n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + 0.5f, IVec), Vec);
   n += __builtin_convertvector(n > x * 1.44269504088896341f + 0.5f, Vec);  // trunc -> floor (the mask is -1)
-  const Vec r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  Vec y = splat<W>(1.9875691500e-4f);
-  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
-    y = y * r + c;
-  y = y * r * r + r + 1.0f;
-  return y * (Vec)((__builtin_convertvector(n, IVec) + 127) << 23);
+  const Vec r = x - n * kLn2Hi - n * kLn2Lo;
+  return exp_reduced(r) * (Vec)((__builtin_convertvector(n, IVec) + 127) << 23);
 }
 
 // erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), the formula LibTorch's

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/runtime.h"
-#include "moe/swiglu_rows.h"
+#include "moe/activation_rows.h"
 
 namespace mf {
 
@@ -91,8 +91,9 @@ struct UnitSlices {
   at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
   // A from H into a
   void activate(const at::Tensor& h, at::Tensor a) const {
-    if (swiglu && h.is_cpu() && h.is_contiguous() && a.is_contiguous())
-      swiglu_forward_rows(h, a);
+    if (h.is_cpu() && h.is_contiguous() && a.is_contiguous() &&
+        (h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble))
+      activation_forward_rows(h, a, swiglu);
     else if (swiglu)
       at::mul_out(a, at::silu(h.narrow(1, 0, M)), h.narrow(1, M, M));
     else
