@@ -91,21 +91,31 @@ at::Tensor units_loop(const at::Tensor& rows_PD, const at::Tensor& gate_up, cons
   return torch::cat(outs);
 }
 
-KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
+// Fine-grained SwiGLU experts (64 of width 128, top-8 at the perf shape) and their sorted pairs
+struct SwigluUnits {
+  int64_t T, D, E, F, P;
+  Pairs pairs;
+  at::Tensor gate_up, down;
+};
+SwigluUnits swiglu_units(CaseSize size, at::ScalarType dtype) {
   const bool perf = size == CaseSize::Perf;
   const int64_t T = perf ? 4096 : 29, D = perf ? 512 : 16, E = perf ? 64 : 6, k = perf ? 8 : 2, F = perf ? 128 : 12;
-  const int64_t P = T * k;
-  const auto pairs = sorted_pairs(T, E, P);
-  auto gate_up = input({E, 2 * F, D}, dtype, true), down = input({E, D, F}, dtype, true);
-  auto rows = input({P, D}, dtype, true), up = input({P, D}, dtype);
-  KernelCase c{"grouped units (training), fwd+bwd", fmt::format("P={} D={} E={} F={} SwiGLU", P, D, E, F),
-               18.0 * P * D * F, 1e-5};
+  return {
+      T, D, E, F, T * k, sorted_pairs(T, E, T * k), input({E, 2 * F, D}, dtype, true), input({E, D, F}, dtype, true)};
+}
+
+KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
+  const auto u = swiglu_units(size, dtype);
+  auto rows = input({u.P, u.D}, dtype, true), up = input({u.P, u.D}, dtype);
+  KernelCase c{"grouped units (training), fwd+bwd", fmt::format("P={} D={} E={} F={} SwiGLU", u.P, u.D, u.E, u.F),
+               18.0 * u.P * u.D * u.F, 1e-5};
   c.ours = [=] {
-    return forward_backward([=] { return grouped_ffn(rows, gate_up, down, pairs.counts_U, true); },
-                            {rows, gate_up, down}, up);
+    return forward_backward([=] { return grouped_ffn(rows, u.gate_up, u.down, u.pairs.counts_U, true); },
+                            {rows, u.gate_up, u.down}, up);
   };
   c.reference = [=] {
-    return forward_backward([=] { return units_loop(rows, gate_up, down, pairs); }, {rows, gate_up, down}, up);
+    return forward_backward([=] { return units_loop(rows, u.gate_up, u.down, u.pairs); }, {rows, u.gate_up, u.down},
+                            up);
   };
   return c;
 }
@@ -113,26 +123,23 @@ KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
 // The training path straight from x (fine-grained SwiGLU experts): chunks of gather -> unit ->
 // combine and their hand-written backward, against gather -> the units loop -> scaled index_add.
 KernelCase combined_training_case(CaseSize size, at::ScalarType dtype) {
-  const bool perf = size == CaseSize::Perf;
-  const int64_t T = perf ? 4096 : 29, D = perf ? 512 : 16, E = perf ? 64 : 6, k = perf ? 8 : 2, F = perf ? 128 : 12;
-  const int64_t P = T * k;
-  const auto pairs = sorted_pairs(T, E, P);
-  auto gate_up = input({E, 2 * F, D}, dtype, true), down = input({E, D, F}, dtype, true);
-  auto x = input({T, D}, dtype, true), weight = input({P}, dtype, true), up = input({T, D}, dtype);
-  KernelCase c{"combined units (training), fwd+bwd", fmt::format("T={} P={} D={} E={} F={} SwiGLU", T, P, D, E, F),
-               18.0 * P * D * F, 1e-5};
+  const auto u = swiglu_units(size, dtype);
+  const auto& token = u.pairs.token_P;
+  auto x = input({u.T, u.D}, dtype, true), weight = input({u.P}, dtype, true), up = input({u.T, u.D}, dtype);
+  KernelCase c{"combined units (training), fwd+bwd",
+               fmt::format("T={} P={} D={} E={} F={} SwiGLU", u.T, u.P, u.D, u.E, u.F), 18.0 * u.P * u.D * u.F, 1e-5};
   c.ours = [=] {
     return forward_backward(
-        [=] { return grouped_ffn_combined(x, pairs.token_P, weight, pairs.counts_U, gate_up, down, true); },
-        {x, weight, gate_up, down}, up);
+        [=] { return grouped_ffn_combined(x, token, weight, u.pairs.counts_U, u.gate_up, u.down, true); },
+        {x, weight, u.gate_up, u.down}, up);
   };
   c.reference = [=] {
     return forward_backward(
         [=] {
-          auto out = units_loop(x.index_select(0, pairs.token_P), gate_up, down, pairs);
-          return torch::zeros_like(x).index_add(0, pairs.token_P, out * weight.unsqueeze(1));
+          auto out = units_loop(x.index_select(0, token), u.gate_up, u.down, u.pairs);
+          return torch::zeros_like(x).index_add(0, token, out * weight.unsqueeze(1));
         },
-        {x, weight, gate_up, down}, up);
+        {x, weight, u.gate_up, u.down}, up);
   };
   return c;
 }

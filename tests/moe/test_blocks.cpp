@@ -40,6 +40,25 @@ class GroupedOnlyBank : public UnitBank {
   ExpertBank& bank_;
 };
 
+// A random bank of E = 4 experts (D 5, F 6, biases) as B blocks each (B = 1: the experts
+// themselves), and P = 40 pairs over T = 9 tokens sorted by unit, the last unit left empty
+struct BlockPairs {
+  static constexpr int64_t E = 4, D = 5, F = 6, T = 9, P = 40;
+  int64_t B;
+  ExpertBank bank;
+  ExpertBlocks blocks{bank, B};
+  at::Tensor unit_P, token_P, counts;
+  BlockPairs(const std::string& act, int64_t B)
+      : B(B),
+        bank(random_bank(E, D, F, act, /*bias=*/true)),
+        unit_P(std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort())),
+        token_P(torch::randint(T, {P}, torch::kLong)),
+        counts(torch::bincount(unit_P, {}, E * B)) {}
+  UnitBank& units() { return B == 1 ? static_cast<UnitBank&>(bank) : blocks; }
+  at::Tensor output_bias() const { return B == 1 ? bank.down_proj_bias : at::Tensor(); }
+  int64_t M() const { return F / B; }
+};
+
 struct ThreadsForTest {  // the test binary runs one thread; these tests also take the threaded paths
   explicit ThreadsForTest(int n) { at::set_num_threads(n); }
   ~ThreadsForTest() { at::set_num_threads(1); }
@@ -119,24 +138,18 @@ TEST(ExpertBlocks, CombinedInferencePathMatchesReference) {
     for (std::string act : {"gelu", "swiglu"})
       for (int64_t B : {1, 2, 3}) {
         ThreadsForTest use(threads);
-        const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
-        auto bank = random_bank(E, D, F, act, /*bias=*/true);
-        ExpertBlocks blocks(bank, B);
-        UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
-        auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
-        Assignment a{torch::randint(T, {P}, torch::kLong), unit_P, torch::randn({P}, torch::kFloat64), T, E * B};
-        auto x = torch::randn({T, D}, torch::kFloat64);
+        BlockPairs c(act, B);
+        Assignment a{c.token_P, c.unit_P, torch::randn({c.P}, torch::kFloat64), c.T, c.E * B};
+        auto x = torch::randn({c.T, c.D}, torch::kFloat64);
         torch::NoGradGuard g;
-        auto ref = dense_reference(x, a, units);
-        auto counts = torch::bincount(unit_P, {}, E * B);
-        for (int64_t rows : {int64_t{1}, int64_t{3}, P}) {
-          auto y =
-              grouped_ffn_combined(x, a.token_P, a.weight_P, counts, bank.gate_up_proj, bank.down_proj, act == "swiglu",
-                                   bank.gate_up_proj_bias, B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
+        auto ref = dense_reference(x, a, c.units());
+        for (int64_t rows : {int64_t{1}, int64_t{3}, c.P}) {
+          auto y = grouped_ffn_combined(x, a.token_P, a.weight_P, c.counts, c.bank.gate_up_proj, c.bank.down_proj,
+                                        act == "swiglu", c.bank.gate_up_proj_bias, c.output_bias(), B, rows * c.M());
           EXPECT_TRUE(torch::allclose(y, ref, 1e-12, 1e-12))
               << act << " B=" << B << " chunk rows " << rows << " threads " << threads;
         }
-        EXPECT_TRUE(torch::allclose(dispatch(x, a, units).y_TD, ref, 1e-12, 1e-12)) << "dispatch without grad";
+        EXPECT_TRUE(torch::allclose(dispatch(x, a, c.units()).y_TD, ref, 1e-12, 1e-12)) << "dispatch without grad";
       }
 }
 
@@ -149,23 +162,19 @@ TEST(ExpertBlocks, CombinedTrainingPathMatchesReferenceWithGradients) {
     for (std::string act : {"gelu", "swiglu"})
       for (int64_t B : {1, 2, 3}) {
         ThreadsForTest use(threads);
-        const int64_t E = 4, D = 5, F = 6, T = 9, P = 40, M = F / B;
-        auto bank = random_bank(E, D, F, act, /*bias=*/true);
-        ExpertBlocks blocks(bank, B);
-        UnitBank& units = B == 1 ? static_cast<UnitBank&>(bank) : blocks;
-        auto unit_P = std::get<0>(torch::randint(E * B - 1, {P}, torch::kLong).sort());  // the last unit stays empty
-        auto token_P = torch::randint(T, {P}, torch::kLong), counts = torch::bincount(unit_P, {}, E * B);
-        auto weight_P = torch::randn({P}, torch::kFloat64).requires_grad_(true);
-        const auto x = torch::randn({T, D}, torch::kFloat64);
+        BlockPairs c(act, B);
+        auto& bank = c.bank;
+        auto weight_P = torch::randn({c.P}, torch::kFloat64).requires_grad_(true);
+        const auto x = torch::randn({c.T, c.D}, torch::kFloat64);
         auto run = [&](int64_t rows) {  // 0: the reference
           weight_P.mutable_grad() = at::Tensor();
           for (auto& p : bank.parameters()) p.mutable_grad() = at::Tensor();
           return test::output_and_grads(
               [&](const at::Tensor& x) {
-                if (rows == 0) return dense_reference(x, Assignment{token_P, unit_P, weight_P, T, E * B}, units);
-                return grouped_ffn_combined(x, token_P, weight_P, counts, bank.gate_up_proj, bank.down_proj,
-                                            act == "swiglu", bank.gate_up_proj_bias,
-                                            B == 1 ? bank.down_proj_bias : at::Tensor(), B, rows * M);
+                if (rows == 0)
+                  return dense_reference(x, Assignment{c.token_P, c.unit_P, weight_P, c.T, c.E * B}, c.units());
+                return grouped_ffn_combined(x, c.token_P, weight_P, c.counts, bank.gate_up_proj, bank.down_proj,
+                                            act == "swiglu", bank.gate_up_proj_bias, c.output_bias(), B, rows * c.M());
               },
               x,
               [&] {
@@ -175,7 +184,7 @@ TEST(ExpertBlocks, CombinedTrainingPathMatchesReferenceWithGradients) {
         };
         const auto ref = run(0);
         for (size_t i = 0; i < 5; ++i) EXPECT_GT(ref[i].abs().max().item<double>(), 1e-3) << "entry " << i;
-        for (int64_t rows : {int64_t{1}, int64_t{3}, P})
+        for (int64_t rows : {int64_t{1}, int64_t{3}, c.P})
           test::expect_close(
               run(rows), ref,
               {"output", "grad x", "grad weight_P", "grad gate_up", "grad down", "grad gate_up bias", "grad down bias"},

@@ -414,23 +414,40 @@ TEST(MoEModel, LayerPatternsAndNames) {
   EXPECT_EQ(scaled->named_parameters()["model.layers.1.mlp.gate.gate_scale"].item<double>(), 4.0);
 }
 
-TEST(MoEModel, TrainsAndReportsAuxLosses) {
+namespace {
+
+// A small MoE LM (vocabulary 29, d 16, 2 MoE layers of 4 experts, top-2) trained on one batch
+// with AdamW; the loss of every step and the aux terms each step reported
+struct SmallMoERun {
+  TransformerLM model{nullptr};
+  std::vector<double> losses;
+  size_t aux_terms = 0;
+};
+SmallMoERun train_small_moe(int steps) {
   torch::manual_seed(0);
-  auto c = test::small_moe(29, 16, 2, 4, 2, 16);
-  TransformerLM m(c);
-  m->init_weights(2);
+  SmallMoERun run{TransformerLM(test::small_moe(29, 16, 2, 4, 2, 16))};
+  run.model->init_weights(2);
   auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);
-  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
-  double first = 0, last = 0;
-  for (int i = 0; i < 60; ++i) {
+  torch::optim::AdamW opt(run.model->parameters(), torch::optim::AdamWOptions(1e-2));
+  for (int i = 0; i < steps; ++i) {
     AuxLosses aux;
-    auto loss = lm_loss(m->forward(tokens, aux), tokens);
-    ASSERT_EQ(aux.terms.size(), 4u);  // aux + z for 2 layers
+    auto loss = lm_loss(run.model->forward(tokens, aux), tokens);
+    run.aux_terms = aux.terms.size();
     opt.zero_grad();
     (loss + aux.total()).backward();
     opt.step();
-    (i == 0 ? first : last) = loss.item<double>();
+    run.losses.push_back(loss.item<double>());
   }
+  return run;
+}
+
+}  // namespace
+
+TEST(MoEModel, TrainsAndReportsAuxLosses) {
+  const auto run = train_small_moe(60);
+  auto m = run.model;
+  EXPECT_EQ(run.aux_terms, 4u);  // aux + z for 2 layers
+  const double first = run.losses.front(), last = run.losses.back();
   EXPECT_LT(last, first - 1.0);
   auto layers = moe_layers(m->feed_forwards());
   ASSERT_EQ(layers.size(), 2u);
@@ -445,27 +462,10 @@ TEST(MoEModel, TrainsAndReportsAuxLosses) {
 // replaced: float32, 30 AdamW steps of a small MoE LM; the losses agree to float32 rounding (the
 // paths sum the same products in different orders).
 TEST(MoEModel, CombinedAndGroupedPathsTrainAlike) {
-  auto train = [](std::optional<UnitsPath> path) {
-    torch::manual_seed(0);
-    auto c = test::small_moe(29, 16, 2, 4, 2, 16);
-    TransformerLM m(c);
-    m->init_weights(2);
-    auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);
-    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
-    force_units_path(path);
-    std::vector<double> losses;
-    for (int i = 0; i < 30; ++i) {
-      AuxLosses aux;
-      auto loss = lm_loss(m->forward(tokens, aux), tokens);
-      opt.zero_grad();
-      (loss + aux.total()).backward();
-      opt.step();
-      losses.push_back(loss.item<double>());
-    }
-    force_units_path(std::nullopt);
-    return losses;
-  };
-  const auto grouped = train(UnitsPath::Grouped), combined = train(std::nullopt);
+  force_units_path(UnitsPath::Grouped);
+  const auto grouped = train_small_moe(30).losses;
+  force_units_path(std::nullopt);
+  const auto combined = train_small_moe(30).losses;
   EXPECT_LT(combined.back(), combined.front() - 1.0);
   for (size_t i = 0; i < grouped.size(); ++i) EXPECT_NEAR(combined[i], grouped[i], 1e-4 * grouped[i]) << "step " << i;
 }
