@@ -31,7 +31,6 @@ struct ChunkPlan {
     const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
     R = std::max<int64_t>(1, std::min(chunk_hidden / units.M, largest));
   }
-  int64_t hidden() const { return units.swiglu ? 2 * units.M : units.M; }
   // per thread, R rows of `width` scratch
   at::Tensor scratch(int64_t width, const at::Tensor& like) const {
     return at::empty({static_cast<int64_t>(threads.size()), R, width}, like.options());
@@ -62,7 +61,7 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
   auto y_TD = at::zeros_like(x);
   auto ys = p.sums(y_TD);
   auto rows = p.scratch(D, x), out = p.scratch(D, x), a = p.scratch(p.units.M, x);
-  auto h = h_P.defined() ? at::Tensor() : p.scratch(p.hidden(), x);
+  auto h = h_P.defined() ? at::Tensor() : p.scratch(p.units.hidden(), x);
   p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
     auto token_n = token.narrow(0, first, n);
     auto rows_n = rows[t].narrow(0, 0, n), out_n = out[t].narrow(0, 0, n);
@@ -79,7 +78,7 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
 // wa = w A and dH (into dh; on the CPU in one pass) -> dH
 at::Tensor activation_chunk_backward(const UnitSlices& units, const at::Tensor& h, at::Tensor& g, const at::Tensor& w,
                                      at::Tensor& dweight, at::Tensor& wa, at::Tensor dh) {
-  if (h.is_cpu()) {
+  if (UnitSlices::rows_kernel(h, wa)) {
     activation_backward_rows(h, g, w, dweight, wa, dh, units.swiglu);
     return dh;
   }
@@ -97,7 +96,7 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
                             const at::Tensor& b2, const at::Tensor& token, const std::vector<int64_t>& counts,
                             bool swiglu, int64_t blocks, int64_t chunk_hidden) {
     const ChunkPlan p(x, counts, down.size(2), swiglu, blocks, chunk_hidden);
-    auto h_P = at::empty({token.numel(), p.hidden()}, x.options());
+    auto h_P = at::empty({token.numel(), p.units.hidden()}, x.options());
     auto y = combined_forward(p, x, token, weight, gate_up, down, b1, b2, h_P);
     ctx->save_for_backward({x, weight, gate_up, down, b1, b2, token, h_P});
     ctx->saved_data["counts"] = c10::IValue(counts);
@@ -121,7 +120,7 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     auto dxs = p.sums(dx);
     const int64_t D = x.size(1);
     auto rows = p.scratch(D, x), g = p.scratch(D, x), a = p.scratch(units.M, x), ga = p.scratch(units.M, x);
-    auto dh = p.scratch(p.hidden(), x);
+    auto dh = p.scratch(p.units.hidden(), x);
     p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
       const int64_t e = units.expert(u), b = units.block(u);
       auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n), h_n = h_P.narrow(0, first, n);

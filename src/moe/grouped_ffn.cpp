@@ -62,7 +62,7 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
                             const std::vector<int64_t>& counts, bool swiglu, int64_t blocks) {
     const int64_t P = rows.size(0), D = rows.size(1), F = down.size(2), M = F / blocks;
     const UnitSlices units{blocks, F, M, swiglu};
-    auto h = at::empty({P, swiglu ? 2 * M : M}, rows.options());
+    auto h = at::empty({P, units.hidden()}, rows.options());
     auto a = at::empty({P, M}, rows.options());
     auto y = at::empty({P, D}, rows.options());
     const auto start = unit_starts(counts);

@@ -58,6 +58,7 @@ void each_unit(const std::vector<std::vector<size_t>>& plan, Fn&& fn) {
 struct UnitSlices {
   int64_t blocks, F, M;
   bool swiglu;
+  int64_t hidden() const { return swiglu ? 2 * M : M; }  // H's columns
   int64_t expert(size_t u) const { return static_cast<int64_t>(u) / blocks; }
   int64_t block(size_t u) const { return static_cast<int64_t>(u) % blocks; }
   // rows of gate_up[e] (and of its bias) that block b uses, as (first row, count), in H's column order
@@ -90,9 +91,13 @@ struct UnitSlices {
   }
   at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
   // A from H into a
+  // whether moe/activation_rows.h takes these rows (else LibTorch's ops)
+  static bool rows_kernel(const at::Tensor& h, const at::Tensor& a) {
+    return h.is_cpu() && h.is_contiguous() && a.is_contiguous() &&
+           (h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble);
+  }
   void activate(const at::Tensor& h, at::Tensor a) const {
-    if (h.is_cpu() && h.is_contiguous() && a.is_contiguous() &&
-        (h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble))
+    if (rows_kernel(h, a))
       activation_forward_rows(h, a, swiglu);
     else if (swiglu)
       at::mul_out(a, at::silu(h.narrow(1, 0, M)), h.narrow(1, M, M));
