@@ -1,6 +1,7 @@
 #include "core/bf16.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <type_traits>

@@ -1,6 +1,7 @@
 #include "core/runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <dlfcn.h>
 #include <fmt/format.h>

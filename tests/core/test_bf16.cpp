@@ -1,6 +1,7 @@
 // The bf16-weight kernel (core/bf16.h): by hand, and against float64 math on the same rounded
 // weights at shapes that reach every tile and tail, on the SIMD level this run has (ctest also
 // runs these capped at MOEFORGE_SIMD=base and avx2) and on one and two threads.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -154,8 +154,9 @@ TEST(GgufExport, NamesShapesAndValuesAsLlamaCppLoadsThem) {
     EXPECT_TRUE(torch::equal(f.tensor("blk.0.ffn_down_exps.weight").value[-1],
                              hf.read(expert + w2 + ".weight").to(at::kFloat)));
     EXPECT_EQ(f.tensor("blk.0.ffn_gate_inp.weight").shape, (std::vector<int64_t>{m.moe.num_experts, m.d_model}));
-    if (arch == "qwen2_moe")
+    if (arch == "qwen2_moe") {
       EXPECT_EQ(f.tensor("blk.0.ffn_gate_inp_shexp.weight").shape, (std::vector<int64_t>{m.d_model}));
+    }
   }
   fs::remove_all(dir);
 }
@@ -226,8 +227,11 @@ TEST(GgufExport, ACheckpointExportsAsItsHuggingFaceDirectoryDoes) {
     EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
     EXPECT_TRUE(torch::equal(a.tensors[i].value, b.tensors[i].value)) << a.tensors[i].name;
   }
-  for (auto& [key, value] : a.metadata)
-    if (key != "general.name") EXPECT_EQ(b.value(key), value) << key;
+  for (auto& [key, value] : a.metadata) {
+    if (key != "general.name") {
+      EXPECT_EQ(b.value(key), value) << key;
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -425,7 +425,7 @@ struct SmallMoERun {
 };
 SmallMoERun train_small_moe(int steps) {
   torch::manual_seed(0);
-  SmallMoERun run{TransformerLM(test::small_moe(29, 16, 2, 4, 2, 16))};
+  SmallMoERun run{TransformerLM(test::small_moe(29, 16, 2, 4, 2, 16)), {}};
   run.model->init_weights(2);
   auto tokens = torch::randint(0, 29, {4, 12}, torch::kLong);
   torch::optim::AdamW opt(run.model->parameters(), torch::optim::AdamWOptions(1e-2));

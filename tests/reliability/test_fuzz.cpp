@@ -5,6 +5,7 @@
 // occur. MOEFORGE_FUZZ_CASES sets the cases per target (default 1,000) and MOEFORGE_FUZZ_SEED
 // the seed (scripts/stress.sh runs many more cases and seeds, under AddressSanitizer/UBSan
 // when asked).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

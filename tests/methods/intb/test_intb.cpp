@@ -1,6 +1,7 @@
 // IntBMoE: the slot against a per-token reference written straight from the spec's equations
 // (float64, outputs and the gradients of x and every parameter) for L = 1, 2, 3, k = 1..K and
 // each ablation; the inference cache against the training path; the removal probe; config.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
