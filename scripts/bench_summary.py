@@ -80,7 +80,7 @@ def main(d):
         ours = [r["moeforge"]["tokens_per_s"] for r in runs]
         print("| | tokens/s | model GFLOP/s / sgemm | ours vs it |\n|---|---|---|---|")
         print(f"| moeforge | {stat(ours)} | {stat([r['moeforge']['model_gflops'] / r['sgemm_gflops'] for r in runs])} | |")
-        for key, name in (("pytorch_tuned", "PyTorch, OMP_WAIT_POLICY=PASSIVE"), ("pytorch_default", "PyTorch, default")):
+        for key, name in (("pytorch_tuned", "PyTorch, our environment"), ("pytorch_default", "PyTorch, default")):
             tps = [r[key].get("tokens_per_s") for r in runs]
             print(f"| {name} | {stat(tps)} | | {stat([o / t for o, t in zip(ours, tps) if t])} |")
     runs = load(os.path.join(d, "generate_*.json"))

@@ -68,6 +68,9 @@ if [ -n "$blas_kernels" ] && ! grep -q "not OpenBLAS" runs/smoke/environment.jso
   grep -qi "OpenBLAS kernels: $blas_kernels" runs/smoke/environment.json ||
     fail "OpenBLAS kernels in environment.json (want $blas_kernels)"
 fi
+# OpenBLAS's workers sleep after ~0.4 ms idle instead of spinning ~0.1 s (a user's value is kept)
+grep -q "OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-20} " runs/smoke/environment.json ||
+  fail "OPENBLAS_THREAD_TIMEOUT in environment.json (want ${OPENBLAS_THREAD_TIMEOUT:-20})"
 CK=$(ls -d runs/smoke/checkpoints/step_* | tail -1)
 [ -s "$CK/model.safetensors" ] && [ -s "$CK/optimizer.safetensors" ] && [ -s "$CK/tokenizer.model" ] || fail "checkpoint files"
 

@@ -9,8 +9,9 @@ namespace mf {
 
 nlohmann::json run_peer(const std::string& script, const std::string& args, bool default_env) {
   if (!std::filesystem::exists(script)) return {{"skipped", "peer script not found: " + script}};
-  const std::string cmd = fmt::format("{}/usr/bin/python3 '{}' {} 2>&1",
-                                      default_env ? "env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE " : "", script, args);
+  const std::string cmd = fmt::format(
+      "{}/usr/bin/python3 '{}' {} 2>&1",
+      default_env ? "env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE -u OPENBLAS_THREAD_TIMEOUT " : "", script, args);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {{"skipped", "cannot run python3"}};
   std::string out;

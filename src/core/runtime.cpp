@@ -132,6 +132,7 @@ void tune_process_environment(char** argv) {
     changed = true;
   };
   set_unless_set("OMP_WAIT_POLICY", "PASSIVE");
+  set_unless_set("OPENBLAS_THREAD_TIMEOUT", "20");
   const auto level = cpu_simd_level();
   set_unless_set("OPENBLAS_CORETYPE", openblas_coretype(level == SimdLevel::Avx512, level != SimdLevel::Base));
   if (changed) ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
@@ -151,12 +152,14 @@ static std::string cpu_model() {
 
 std::string runtime_summary() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
+  const char* timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   // OpenBLAS's own report of the kernels it runs, where OpenBLAS is the BLAS
   using CoreName = char* (*)();
   auto core = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  return fmt::format("CPU: {} | OMP_WAIT_POLICY={} | OpenBLAS kernels: {} | heap keeps large blocks: {}",
-                     cpu_model().empty() ? "(unknown)" : cpu_model(), wait ? wait : "(unset)",
-                     core ? core() : "(not OpenBLAS)", g_allocator_tuned ? "yes" : "no");
+  return fmt::format(
+      "CPU: {} | OMP_WAIT_POLICY={} | OpenBLAS kernels: {} | OPENBLAS_THREAD_TIMEOUT={} | heap keeps large blocks: {}",
+      cpu_model().empty() ? "(unknown)" : cpu_model(), wait ? wait : "(unset)", core ? core() : "(not OpenBLAS)",
+      timeout ? timeout : "(unset)", g_allocator_tuned ? "yes" : "no");
 }
 
 int64_t peak_rss_bytes() {

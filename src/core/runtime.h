@@ -48,6 +48,11 @@ class OpCounter {
 //   that reports a generic model (this project's VMs: "Intel Xeon Processor") gets the
 //   Prescott (SSE3) kernels, 4-5x slower matrix products than the AVX-512 ones the CPU runs
 //   (docs/benchmarks.md). The kernel family is named from the instruction sets instead.
+// - OPENBLAS_THREAD_TIMEOUT=20: OpenBLAS's pthread workers spin (calling sched_yield) for 2^28
+//   cycles, ~0.1 s, after each product before they sleep; between products LibTorch's OpenMP
+//   threads then share the two cores with a spinning worker (a quarter of a quickstart training
+//   step's samples were that spin). 2^20 cycles, ~0.4 ms, bridges the gaps between one layer's
+//   products (docs/benchmarks.md).
 void tune_process_environment(char** argv);
 
 // The OpenBLAS kernel family for a CPU with these instruction sets: "SkylakeX" (AVX-512 F, CD,

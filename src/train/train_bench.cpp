@@ -105,7 +105,7 @@ TrainBenchReport train_bench_report(const TrainBenchResult& r, const std::string
   row("moeforge train", r.tokens_per_s);
   const bool moe_peer = m.ffn == "moe" && m.task != "classify" && !peer.empty();
   for (bool default_env : {false, true}) {
-    const std::string name = default_env ? "PyTorch (default environment)" : "PyTorch (OMP_WAIT_POLICY=PASSIVE)";
+    const std::string name = default_env ? "PyTorch (default environment)" : "PyTorch (our environment)";
     auto res = moe_peer ? run_peer(peer, train_peer_args(cfg, steps, warmup), default_env)
                         : nlohmann::json{{"skipped", peer.empty() ? "--peer ''" : "the peer is an MoE LM"}};
     out.json[default_env ? "pytorch_default" : "pytorch_tuned"] = res;
