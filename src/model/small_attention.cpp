@@ -244,6 +244,8 @@ at::Tensor small_attention_packed(const at::Tensor& qkv_BL3HDh, bool causal) {
   return PackedAttention::apply(qkv_BL3HDh.contiguous(), causal);
 }
 
-bool small_attention_applies(const at::Tensor& q, int64_t keys) { return q.is_cpu() && keys <= 64; }
+bool small_attention_applies(const at::Tensor& q, int64_t keys) {
+  return q.is_cpu() && (keys <= 64 || (keys <= 512 && q.size(-1) <= 64));
+}
 
 }  // namespace mf

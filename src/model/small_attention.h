@@ -1,7 +1,8 @@
-// Softmax attention for short sequences on the CPU (the ViT's 17 tokens). LibTorch's CPU bmm
-// runs one mm per (batch, head) matrix, each with select/as_strided dispatch that costs far
-// more than a 17 x 17 x 24 product (two thirds of a ViT step); here one parallel loop over
-// (batch, head) computes scores, softmax and output, and a hand-written backward the gradients.
+// Softmax attention on the CPU for short and medium sequences (the ViT's 17 tokens, the LMs'
+// windows of 128-512). LibTorch's CPU bmm runs one mm per (batch, head) matrix, each with
+// select/as_strided dispatch that costs far more than a 17 x 17 x 24 product (two thirds of a
+// ViT step); here one parallel loop over (batch, head) computes scores, softmax and output, and
+// a hand-written backward the gradients.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -19,7 +20,10 @@ at::Tensor small_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // -> [B, L, H, Dh], read and written in place: no head transposes, one gradient tensor.
 at::Tensor small_attention_packed(const at::Tensor& qkv_BL3HDh, bool causal);
 
-// Where small_attention beats the bmm path: CPU tensors and short sequences.
+// Where small_attention beats the bmm path (LibTorch 1.13's CPU bmm runs one dispatched mm per
+// matrix): CPU tensors with up to 64 keys, or up to 512 keys with heads up to 64 wide. bench
+// kernels' causal case, forward + backward, 16 x 8 heads of 32: 1.6x at 128 keys, 1.4x at 256,
+// 1.2x at 512; at 512 keys 1.06x with heads of 64, 0.98x with heads of 128.
 bool small_attention_applies(const at::Tensor& q, int64_t keys);
 
 }  // namespace mf

@@ -182,19 +182,32 @@ KernelCase units_case(CaseSize size, at::ScalarType dtype, int64_t blocks, bool 
   return c;
 }
 
-KernelCase attention_case(CaseSize size, at::ScalarType dtype) {
+// The ViT's attention (packed projection, 17 tokens) and an LM's causal attention (the
+// quickstart's heads and windows; the test size has more than 64 keys) against matmul/softmax.
+KernelCase attention_case(CaseSize size, at::ScalarType dtype, bool causal) {
   const bool perf = size == CaseSize::Perf;
-  const int64_t B = perf ? 128 : 3, H = 4, N = 17, Dh = perf ? 24 : 8;  // the Fashion-MNIST ViT
+  const int64_t B = causal ? (perf ? 16 : 2) : (perf ? 128 : 3), H = causal ? (perf ? 8 : 3) : 4;
+  const int64_t N = causal ? (perf ? 128 : 70) : 17, Dh = causal ? (perf ? 32 : 8) : (perf ? 24 : 8);
   auto qkv = input({B, N, 3, H, Dh}, dtype, true), up = input({B, N, H, Dh}, dtype);
-  KernelCase c{"small attention, fwd+bwd", fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh), 12.0 * B * H * N * N * Dh,
-               1e-5};
-  c.ours = [=] { return forward_backward([=] { return small_attention_packed(qkv, false); }, {qkv}, up); };
+  const auto heads = [=] { return qkv.permute({2, 0, 3, 1, 4}); };  // [3, B, H, N, Dh]
+  KernelCase c{causal ? "causal attention, fwd+bwd" : "small attention, fwd+bwd",
+               fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh), (causal ? 6.0 : 12.0) * B * H * N * N * Dh, 1e-5};
+  c.ours = [=] {
+    return forward_backward(
+        [=] {
+          if (!causal) return small_attention_packed(qkv, false);
+          const auto h = heads();
+          return small_attention(h[0], h[1], h[2], true).transpose(1, 2);
+        },
+        {qkv}, up);
+  };
   c.reference = [=] {
     return forward_backward(
         [=] {
-          auto heads = qkv.permute({2, 0, 3, 1, 4});
-          auto s = torch::matmul(heads[0], heads[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
-          return torch::matmul(torch::softmax(s, -1), heads[2]).transpose(1, 2);
+          const auto h = heads();
+          auto s = torch::matmul(h[0], h[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+          if (causal) s = s.masked_fill(torch::ones({N, N}, torch::kBool).triu(1), -INFINITY);
+          return torch::matmul(torch::softmax(s, -1), h[2]).transpose(1, 2);
         },
         {qkv}, up);
   };
@@ -272,7 +285,8 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           units_case(size, dtype, 8, false),
           units_case(size, dtype, 1, true),
           units_case(size, dtype, 8, true),
-          attention_case(size, dtype),
+          attention_case(size, dtype, false),
+          attention_case(size, dtype, true),
           adamw_case(size, dtype),
           held_case(size, dtype, at::kBFloat16, 1),
           held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),

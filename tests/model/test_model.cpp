@@ -138,7 +138,7 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
     bool causal;
   };
   for (auto c : {Case{2, 3, 5, 5, 4, false}, Case{2, 3, 5, 5, 4, true}, Case{1, 2, 3, 7, 5, true} /* a cache of 4 */,
-                 Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}}) {
+                 Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}, Case{1, 2, 90, 130, 8, true}}) {
     auto q = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64).requires_grad_(true);
     auto k = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
     auto v = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
@@ -157,6 +157,15 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
       EXPECT_TRUE(torch::allclose(g_fast[i], g_ref[i], 1e-11, 1e-12)) << what << " grad "
                                                                       << "qkv"[i];
   }
+}
+
+TEST(Attention, KernelTakesUpTo64KeysOr512WithHeadsUpTo64) {
+  const auto q = [](int64_t Dh) { return torch::zeros({1, 1, 1, Dh}); };
+  EXPECT_TRUE(small_attention_applies(q(128), 64));
+  EXPECT_FALSE(small_attention_applies(q(128), 65));
+  EXPECT_TRUE(small_attention_applies(q(64), 512));
+  EXPECT_FALSE(small_attention_applies(q(64), 513));
+  EXPECT_FALSE(small_attention_applies(q(32).to(torch::kMeta), 16));
 }
 
 TEST(Attention, PackedKernelReadsTheProjectionLayoutInPlace) {
