@@ -1,7 +1,10 @@
 // e^r for |r| <= ln2 / 2 by Cephes' expf polynomial (about 1 ulp), on a float or a GCC vector of
 // floats: the part of e^x that the vector-extension kernels (moe/fused_units.cpp) and the plain
-// `omp simd` loops (moe/activation_rows.cpp) share; each reduces x = n ln2 + r and builds 2^n its way.
+// `omp simd` loops (exp_lanes below) share; each reduces x = n ln2 + r and builds 2^n its way.
 #pragma once
+
+#include <cmath>
+#include <cstdint>
 
 #include "core/simd.h"
 
@@ -18,5 +21,16 @@ MF_ALWAYS_INLINE V exp_reduced(V r) {
 }
 
 inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 in two parts (Cody-Waite)
+
+// e^x as straight-line code that `omp simd` vectorises (glibc's vector exp needs -ffast-math):
+// x clamped to the normal range, n = x / ln2 rounded (adding 1.5 * 2^23 drops the fraction), e^r
+// by the polynomial above, 2^n built in the exponent bits. Float64 keeps std::exp.
+MF_ALWAYS_INLINE float exp_lanes(float x) {
+  x = x > 88.0f ? 88.0f : x;
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  return exp_reduced(x - n * kLn2Hi - n * kLn2Lo) * __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
+}
+MF_ALWAYS_INLINE double exp_lanes(double x) { return std::exp(x); }
 
 }  // namespace mf

@@ -1,6 +1,7 @@
 #include "model/fused_loss.h"
 
 #include "core/bf16.h"
+#include "model/cross_entropy_rows.h"
 
 namespace mf {
 namespace {
@@ -21,13 +22,9 @@ struct FusedLinearCrossEntropy : torch::autograd::Function<FusedLinearCrossEntro
       const int64_t n = std::min(chunk, T - n0);
       const auto h_tD = h_TD.narrow(0, n0, n);
       const auto target_t = t_T.narrow(0, n0, n);
-      auto z_tV = project(h_tD, w_VD);
-      const auto lse_t = z_tV.logsumexp(1, /*keepdim=*/true);
-      loss += (lse_t.squeeze(1) - z_tV.gather(1, target_t.unsqueeze(1)).squeeze(1)).sum();
+      auto dz_tV = project(h_tD, w_VD);  // the logits, then in place their gradient
+      loss += cross_entropy_rows_(dz_tV, target_t, 1.0 / static_cast<double>(T)).sum();
       if (!grad) continue;
-      auto dz_tV = z_tV.sub_(lse_t).exp_();  // softmax, in place of the logits
-      dz_tV.scatter_add_(1, target_t.unsqueeze(1), torch::full({n, 1}, -1.0, dz_tV.options()));
-      dz_tV.div_(static_cast<double>(T));
       dh_TD.narrow(0, n0, n).copy_(dz_tV.matmul(w_VD));
       dw_VD.addmm_(dz_tV.t(), h_tD);
     }

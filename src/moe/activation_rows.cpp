@@ -9,18 +9,8 @@
 namespace mf {
 namespace {
 
-// e^x as straight-line code that `omp simd` vectorises (glibc's vector exp needs -ffast-math):
-// x clamped to the normal range, n = x / ln2 rounded (adding 1.5 * 2^23 drops the fraction), e^r
-// by core/exp_poly.h, 2^n built in the exponent bits. Float64 keeps std::exp and std::erf.
-MF_ALWAYS_INLINE float exp_lanes(float x) {
-  x = x > 88.0f ? 88.0f : x;
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  return exp_reduced(x - n * kLn2Hi - n * kLn2Lo) * __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
-}
-MF_ALWAYS_INLINE double exp_lanes(double x) { return std::exp(x); }
-
-// erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), as LibTorch's vectorised GELU
+// erf by Abramowitz and Stegun 7.1.26 (float64 keeps std::erf) (absolute error below 1.5e-7), as LibTorch's vectorised
+// GELU
 MF_ALWAYS_INLINE float erf_lanes(float x) {
   const float a = x < 0 ? -x : x, t = 1.0f / (a * 0.3275911f + 1.0f);
   const float poly = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;

@@ -5,6 +5,7 @@
 #include "methods/latent/latent.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
+#include "model/cross_entropy_rows.h"
 #include "model/fused_loss.h"
 #include "model/moe_ffn.h"
 #include "model/small_attention.h"
@@ -574,6 +575,46 @@ TEST(ParamCounts, BlockwiseEqualsTheWholeModel) {
   auto gelu = dense;
   gelu.ffn = "gelu";
   EXPECT_FALSE(blockwise_param_counts(gelu).has_value());
+}
+
+// The one-pass cross-entropy rows: a closed form, then the kernel against the composed ops on
+// rows with wide and extreme logits, in float64 and float32 (every SIMD level: ctest's
+// kernels_simd_* run this too).
+TEST(CrossEntropyRows, TwoLogitsByHand) {
+  auto z = torch::tensor({{0.0, std::log(3.0)}}, torch::kFloat64);
+  const auto loss = cross_entropy_rows_(z, torch::tensor({1}), 0.5);
+  EXPECT_NEAR(loss.item<double>(), std::log(4.0 / 3.0), 1e-15);  // lse = log 4, z_t = log 3
+  EXPECT_NEAR(z[0][0].item<double>(), 0.5 * 0.25, 1e-15);        // softmax (1/4, 3/4) minus (0, 1), times 1/2
+  EXPECT_NEAR(z[0][1].item<double>(), 0.5 * (0.75 - 1.0), 1e-15);
+}
+
+TEST(CrossEntropyRows, KernelEqualsTheComposedOps) {
+  torch::manual_seed(12);
+  for (auto dtype : {torch::kFloat64, torch::kFloat32})
+    for (int64_t V : {1, 7, 33, 1000}) {
+      const int64_t n = 5;
+      auto z = (torch::randn({n, V}, torch::kFloat64) * 30).to(dtype);
+      z[1].fill_(-1e4), z[2][0] = 80;  // all-equal and dominated rows
+      const auto t = torch::randint(0, V, {n}, torch::kLong);
+      t[0] = V - 1;
+      auto fast = z.clone(), ref = z.clone();
+      const auto loss = cross_entropy_rows_(fast, t, 0.25), want = cross_entropy_rows_composed_(ref, t, 0.25);
+      const double tol = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+      const auto what = std::string(dtype == torch::kFloat64 ? "float64" : "float32") + " V=" + std::to_string(V);
+      EXPECT_TRUE(torch::allclose(loss, want, tol, tol)) << what << "\n" << loss << want;
+      EXPECT_TRUE(torch::allclose(fast, ref, tol, tol)) << what;
+    }
+  auto z = torch::zeros({2, 4});
+  EXPECT_THROW(
+      {
+        try {
+          cross_entropy_rows_(z, torch::tensor({0, 4}), 1.0);
+        } catch (const c10::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("target 4 is outside the vocabulary [0, 4)"), std::string::npos);
+          throw;
+        }
+      },
+      c10::Error);
 }
 
 // The loss fused with the head equals logits + cross entropy in float64, in value and in the
