@@ -9,7 +9,6 @@ cd "$(dirname "$0")/.."
 R=$PWD
 P=$R/.dev2x/prefix/usr
 OUT=${OUT:-$R/.dev2x/logs}
-mkdir -p "$OUT"
 PACKAGES="libtomlplusplus-dev libtomlplusplus3 libutf8proc-dev libutf8proc2 libpcre2-dev libpcre2-8-0
   libcpp-httplib-dev libcpp-httplib0.11 libgloo-dev libgtest-dev libgmock-dev googletest nlohmann-json3-dev
   libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libsentencepiece-dev libsentencepiece0 pkgconf
@@ -37,6 +36,7 @@ B=$R/build/t2
 case "${1:-}" in
   prepare) prepare ;;
   build)
+    mkdir -p "$OUT"
     python3 -c "import torch;print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
       -DCMAKE_PREFIX_PATH="$T/share/cmake;$P" -DCMAKE_LIBRARY_PATH="$P/lib;$P/lib/x86_64-linux-gnu" \
@@ -47,6 +47,7 @@ case "${1:-}" in
     grep -E "error|FAILED|undefined" "$OUT/build.log" | head -60
     tail -4 "$OUT/build.log" ;;
   test)
+    mkdir -p "$OUT"
     (cd "$B" && MOEFORGE_SOURCE_DIR=$R timeout "${2:-600}" ctest -j"$(nproc)" --timeout 300 >"$OUT/ctest.log" 2>&1)
     echo "ctest rc=$?"
     grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -80 ;;
