@@ -45,6 +45,9 @@ for cmd in data doctor train plot report config eval generate serve launch info 
   expect_ok "Usage" -- "$MF" "$cmd" --help
 done
 expect_ok "fortunes" -- "$MF" data prepare --help
+# doctor measures the sgemm ceiling and the streaming-read bandwidth the decode bound divides by
+"$MF" doctor --threads 1 > doctor.txt 2>&1 || { cat doctor.txt; fail "doctor"; }
+grep -Eq "streaming read: [0-9]*[1-9][0-9]*\.[0-9] GB/s" doctor.txt || { cat doctor.txt; fail "doctor's read bandwidth"; }
 
 "$MF" data prepare tiny.toml > prep.txt 2>&1 || { cat prep.txt; fail "data prepare"; }
 grep -q "unigram entropy" prep.txt || fail "prepare summary"

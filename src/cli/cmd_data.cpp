@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/bandwidth.h"
 #include "core/runtime.h"
 #include "data/prepare.h"
 
@@ -39,9 +40,12 @@ std::string loaded_blas() {
 void doctor(int64_t threads) {
   if (threads > 0) set_compute_threads(static_cast<int>(threads));
   const double gflops = sgemm_gflops(2048);
+  const double read = read_bandwidth_gbs();
   const std::string blas = loaded_blas();
-  std::cout << fmt::format("moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s | {}\n",
-                           MOEFORGE_VERSION, TORCH_VERSION, at::get_num_threads(), blas, gflops, runtime_summary());
+  std::cout << fmt::format(
+      "moeforge {} | LibTorch {} | threads {} | BLAS {} | sgemm 2048: {:.1f} GFLOP/s | streaming read: {:.1f} GB/s | "
+      "{}\n",
+      MOEFORGE_VERSION, TORCH_VERSION, at::get_num_threads(), blas, gflops, read, runtime_summary());
   if (gflops < 20)
     spdlog::warn(
         "sgemm is slow ({:.1f} GFLOP/s). Install libopenblas0-pthread so LibTorch uses OpenBLAS "
@@ -79,8 +83,8 @@ void add_prepare(CLI::App* data) {
 }
 
 void add_doctor(CLI::App& app) {
-  auto* doc =
-      app.add_subcommand("doctor", "print LibTorch version, threads, the BLAS in use and measured sgemm GFLOP/s");
+  auto* doc = app.add_subcommand(
+      "doctor", "print LibTorch version, threads, the BLAS in use, measured sgemm GFLOP/s and streaming-read GB/s");
   static int64_t threads = 0;
   doc->add_option("--threads", threads, "intra-op threads to measure with (0 = the cores, as train.threads = 0)");
   doc->callback([] { doctor(threads); });

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/simd.h"
@@ -15,7 +16,7 @@ namespace {
 // The row kernel over GCC vectors of W floats: a tile of RM rows of x by RN rows of w keeps
 // RM x RN accumulators (the dot products' partial sums, one lane per k mod W), RN widened weight
 // vectors and one x vector in registers: 16 + 4 + 1 of AVX-512's 32 zmm (RM = 4), 8 + 4 + 1 of
-// AVX2's or SSE's 16 (RM = 2).
+// AVX2's or SSE's 16 (RM = 2); a single x row takes tiles of 8 weight rows (rows_body).
 template <int W>
 struct Bf16Lanes {
   typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
@@ -128,6 +129,41 @@ MF_ALWAYS_INLINE float weight_value(const Q8Rows& w, int64_t i) {
   return static_cast<float>(w.q[i]) * w.scale[static_cast<uint64_t>(i) / kQ8Block];
 }
 
+// Horizontal sums by halving: a vector of W lanes read as W / G groups of G lanes. fold(a, b)
+// adds each group's two halves, a's groups then b's: W / G groups of G / 2 lanes each from a and
+// from b. Lane o of the result takes half-group o / (G / 2) at offset o % (G / 2).
+constexpr int fold_lane(int o, int W, int G) {
+  const int half = G / 2, groups = W / G, j = o / half;
+  return (j >= groups ? W : 0) + j % groups * G + o % half;
+}
+template <int W, int G, class Vec, size_t... O>
+MF_ALWAYS_INLINE Vec fold(Vec a, Vec b, std::index_sequence<O...>) {
+  return __builtin_shufflevector(a, b, fold_lane(O, W, G)...) +
+         __builtin_shufflevector(a, b, (fold_lane(O, W, G) + G / 2)...);
+}
+template <int W, int G, class Vec>
+MF_ALWAYS_INLINE Vec fold(Vec a, Vec b) {
+  return fold<W, G>(a, b, std::make_index_sequence<W>{});
+}
+
+// lane n of the result: the sum of the W lanes of v[n], n < R (R a power of two, R <= W). A
+// tile's dot products end here: the in-order sum of each vector's lanes was a chain of W
+// dependent adds per row, and at short K (a decode step's down product, K = 288) it kept the
+// next tile's loads waiting (30 against 44 GB/s).
+template <int W, int R, int G = W, class Vec>
+MF_ALWAYS_INLINE Vec lane_sums(const Vec (&v)[R]) {
+  if constexpr (R > 1) {
+    Vec half[R / 2];
+    for (int r = 0; r < R / 2; ++r) half[r] = fold<W, G>(v[2 * r], v[2 * r + 1]);
+    return lane_sums<W, R / 2, G / 2>(half);
+  } else if constexpr (G > 1) {
+    const Vec once[1] = {fold<W, G>(v[0], v[0])};
+    return lane_sums<W, 1, G / 2>(once);
+  } else {
+    return v[0];
+  }
+}
+
 // y[m * ldy + n] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN
 template <int W, int RM, int RN, class P>
 MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P& w, int64_t at, int64_t ldw, float* y,
@@ -146,29 +182,44 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
       for (int n = 0; n < RN; ++n) acc[m][n] += xk * wk[n];
     }
   }
-  for (int m = 0; m < RM; ++m)
+  for (int m = 0; m < RM; ++m) {
+    const Vec sums = lane_sums<W, RN>(acc[m]);
     for (int n = 0; n < RN; ++n) {
-      float s = 0;
-      for (int i = 0; i < W; ++i) s += acc[m][n][i];
+      float s = sums[n];
       for (int64_t j = k; j < K; ++j) s += x[m * ldx + j] * weight_value(w, at + n * ldw + j);
       y[m * ldy + n] = s;
     }
+  }
 }
 
-// rows [n0, n1) of w against every row of x: tiles of RN weight rows, RM x rows at a time
-template <int W, int RM, class P>
-MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw, int64_t n0,
-                                int64_t n1, float* y, int64_t ldy) {
-  constexpr int RN = 4;
-  if constexpr (std::is_same_v<P, Q8Rows>) x = chunked_x<W>(x, ldx, M, K), ldx = K;
+// rows [n0, n1) of w against every row of x: tiles of RN weight rows, RM x rows at a time; returns
+// where the whole tiles end
+template <int W, int RM, int RN, class P>
+MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw,
+                                    int64_t n0, int64_t n1, float* y, int64_t ldy) {
   int64_t n = n0;
   for (; n + RN <= n1; n += RN) {
     int64_t m = 0;
     for (; m + RM <= M; m += RM) rows_tile<W, RM, RN>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
     for (; m < M; ++m) rows_tile<W, 1, RN>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
   }
-  for (; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) rows_tile<W, 1, 1>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
+  return n;
+}
+
+// rows [n0, n1) of w against every row of x. One x row (a decode step's product) waits on memory,
+// not arithmetic: tiles of 8 weight rows keep 8 streams in flight (f32 64-expert model, batch 1,
+// 2 threads: down products at K = 288 from 37 to 44 GB/s; bf16 and int8 gained more). Baseline x86
+// (W = 4) keeps tiles of 4: lane_sums takes at most W vectors.
+template <int W, int RM, class P>
+MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw, int64_t n0,
+                                int64_t n1, float* y, int64_t ldy) {
+  if constexpr (std::is_same_v<P, Q8Rows>) x = chunked_x<W>(x, ldx, M, K), ldx = K;
+  int64_t n = n0;
+  constexpr int few = W >= 16 ? 2 : 1;  // x rows a tile of 8 weight rows takes: 16 accumulators of 32 zmm, 8 of 16 ymm
+  if constexpr (W >= 8)
+    if (M <= few) n = rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
+  n = rows_tiles<W, RM, 4>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
+  rows_tiles<W, 1, 1>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
 }
 
 // rows [r0, r1) of w [.., K] (row stride ldw) widened into dst [.., K] (contiguous)

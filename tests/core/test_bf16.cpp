@@ -37,9 +37,10 @@ TEST(Bf16, ProjectEqualsFloat64MathOnTheRoundedWeights) {
     at::set_num_threads(threads);
     // M: one row, whole and partial row tiles, the largest the row kernel takes, the panel path above it;
     // K: below, at and between vector widths (the scalar tail); N: whole and partial tiles of 4 weight rows
+    // (of 8 when M = 1: 14 = 8 + 4 + 2)
     for (int64_t M : {1, 2, 3, 5, 8, 40, 128, 129})
       for (int64_t K : {1, 7, 16, 37, 100})
-        for (int64_t N : {1, 3, 4, 9, 130}) {
+        for (int64_t N : {1, 3, 4, 9, 14, 130}) {
           const auto what = fmt::format("M={} K={} N={} threads={}", M, K, N, threads);
           auto x = torch::randn({M, K});
           auto w = torch::randn({N, K}).to(at::kBFloat16);
@@ -71,7 +72,7 @@ TEST(Bf16, TheSameKernelOnFloat32WeightsAndOneThreadsShare) {
     at::set_num_threads(threads);
     for (int64_t M : {1, 3, 4, 9})
       for (int64_t K : {1, 7, 16, 37, 100})
-        for (int64_t N : {1, 4, 9, 130}) {
+        for (int64_t N : {1, 4, 9, 14, 130}) {
           const auto what = fmt::format("M={} K={} N={} threads={}", M, K, N, threads);
           auto x = torch::randn({M, K}), w = torch::randn({N, K + 3});  // rows K + 3 apart
           auto y = torch::full({M, N}, 7.0f);
