@@ -16,7 +16,7 @@ namespace {
 // The row kernel over GCC vectors of W floats: a tile of RM rows of x by RN rows of w keeps
 // RM x RN accumulators (the dot products' partial sums, one lane per k mod W), RN widened weight
 // vectors and one x vector in registers: 16 + 4 + 1 of AVX-512's 32 zmm (RM = 4), 8 + 4 + 1 of
-// AVX2's or SSE's 16 (RM = 2); a single x row takes tiles of 8 weight rows (rows_body).
+// AVX2's or SSE's 16 (RM = 2); one x row (two on AVX-512) takes tiles of 8 weight rows (rows_body).
 template <int W>
 struct Bf16Lanes {
   typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
@@ -206,8 +206,8 @@ MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int6
   return n;
 }
 
-// rows [n0, n1) of w against every row of x. One x row (a decode step's product) waits on memory,
-// not arithmetic: tiles of 8 weight rows keep 8 streams in flight (f32 64-expert model, batch 1,
+// rows [n0, n1) of w against every row of x. One or two x rows (a decode step's products) wait on
+// memory, not arithmetic: tiles of 8 weight rows keep 8 streams in flight (f32 64-expert model, batch 1,
 // 2 threads: down products at K = 288 from 37 to 44 GB/s; bf16 and int8 gained more). Baseline x86
 // (W = 4) keeps tiles of 4: lane_sums takes at most W vectors.
 template <int W, int RM, class P>
