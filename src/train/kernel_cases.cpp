@@ -268,7 +268,10 @@ KernelCase held_case(CaseSize size, at::ScalarType dtype, at::ScalarType held, i
     w = w.to(held);
   }
   KernelCase c{fmt::format("linear, {} weights ({}{})", held == at::kChar ? "int8" : "bf16",
-                           M <= kBf16KernelRows ? "row kernel" : "panels", M == 1 ? ", one row" : ""),
+                           M <= kBf16KernelRows ? "row kernel" : "panels",
+                           M == 1   ? ", one row"
+                           : M == 2 ? ", two rows"
+                                    : ""),
                fmt::format("M={} K={} N={}", M, K, N), 2.0 * M * K * N, 1e-5};
   c.ours = [=] { return Outputs{project(x, w)}; };
   c.reference = [=, w32 = widened(w, at::kFloat).to(dtype)] { return Outputs{at::linear(x, w32)}; };
@@ -289,9 +292,11 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           attention_case(size, dtype, true),
           adamw_case(size, dtype),
           held_case(size, dtype, at::kBFloat16, 1),
+          held_case(size, dtype, at::kBFloat16, 2),
           held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),
           held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 256 : 131),
           held_case(size, dtype, at::kChar, 1),
+          held_case(size, dtype, at::kChar, 2),
           held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 64 : 7),
           held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 256 : 131)};
 }

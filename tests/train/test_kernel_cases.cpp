@@ -59,9 +59,11 @@ TEST(KernelCases, FlopCountsByHand) {
   EXPECT_DOUBLE_EQ(flops.at("small attention, fwd+bwd"), 12.0 * 3 * 4 * 17 * 17 * 8);
   EXPECT_DOUBLE_EQ(flops.at("AdamW, 3 steps"), 3.0 * 14 * (37 * 5 + 300000));
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (row kernel, one row)"), 2.0 * 1 * 37 * 21);
+  EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (row kernel, two rows)"), 2.0 * 2 * 37 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (row kernel)"), 2.0 * 7 * 37 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, bf16 weights (panels)"), 2.0 * 131 * 37 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, int8 weights (row kernel, one row)"), 2.0 * 1 * 96 * 21);
+  EXPECT_DOUBLE_EQ(flops.at("linear, int8 weights (row kernel, two rows)"), 2.0 * 2 * 96 * 21);
   EXPECT_DOUBLE_EQ(flops.at("linear, int8 weights (panels)"), 2.0 * 131 * 96 * 21);
 }
 
