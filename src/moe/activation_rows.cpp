@@ -9,8 +9,8 @@
 namespace mf {
 namespace {
 
-// erf by Abramowitz and Stegun 7.1.26 (float64 keeps std::erf) (absolute error below 1.5e-7), as LibTorch's vectorised
-// GELU
+// erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), as LibTorch's vectorised GELU;
+// float64 keeps std::erf
 MF_ALWAYS_INLINE float erf_lanes(float x) {
   const float a = x < 0 ? -x : x, t = 1.0f / (a * 0.3275911f + 1.0f);
   const float poly = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;
