@@ -7,6 +7,7 @@
 
 #include "moe/combine.h"
 #include "moe/fused_units.h"
+#include "moe/select_rows.h"
 
 namespace mf {
 
@@ -23,9 +24,9 @@ at::Tensor grouped_units(const at::Tensor& x_TD, const at::Tensor& token_P, cons
 }
 
 // a stable sort of the pairs by unit (ties keep token order), or none if they come sorted
-at::Tensor unit_order(const Assignment& a) {
+at::Tensor sorted_order(const Assignment& a, int64_t units) {
   if (a.sorted_by_unit) return at::arange(a.unit_P.numel(), a.unit_P.options());
-  return std::get<1>(a.unit_P.sort(/*stable=*/true, 0, /*descending=*/false));
+  return unit_order(a.unit_P, units);
 }
 
 std::atomic<int> forced_path{-1};
@@ -59,7 +60,7 @@ UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank) {
 
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
   PairOutputs p;
-  p.order_P = unit_order(a);
+  p.order_P = sorted_order(a, bank.num_units());
   p.unit_P = a.unit_P.index_select(0, p.order_P);
   p.out_PD =
       grouped_units(x_TD, a.token_P.index_select(0, p.order_P), at::bincount(p.unit_P, {}, bank.num_units()), bank);
@@ -70,7 +71,7 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
   const int64_t E = bank.num_units();
   auto unit_P = a.unit_P, token_P = a.token_P, weight_P = a.weight_P;
   if (!a.sorted_by_unit) {
-    auto order_P = unit_order(a);
+    auto order_P = sorted_order(a, E);
     unit_P = unit_P.index_select(0, order_P);
     token_P = token_P.index_select(0, order_P);
     weight_P = weight_P.index_select(0, order_P);

@@ -12,6 +12,7 @@
 
 #include "core/init.h"
 #include "core/util.h"
+#include "moe/select_rows.h"
 
 namespace mf {
 
@@ -121,7 +122,7 @@ RouterImpl::Selection RouterImpl::select(const Scores& s) {
   if (is_top_k(opt_.kind)) {
     auto key_TE = s.select_TE.detach();
     if (opt_.bias_update > 0) key_TE = key_TE + selection_bias.to(key_TE.dtype());
-    sel.index_TK = std::get<1>(key_TE.topk(K, -1, /*largest=*/true, /*sorted=*/true));
+    sel.index_TK = top_k_index(key_TE, K);
     sel.token_P = rows_T.repeat_interleave(K);
     sel.unit_P = sel.index_TK.reshape({-1});
   } else if (opt_.kind == RouterKind::TopP) {

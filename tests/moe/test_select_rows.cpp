@@ -1,0 +1,66 @@
+// moe/select_rows.h: top_k_index against at::topk on rows without ties, and by hand where at::topk
+// leaves the order open (ties, NaN); unit_order against LibTorch's stable sort, and by hand.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "moe/select_rows.h"
+
+using namespace mf;
+
+namespace {
+
+// T rows of E distinct scores (a random permutation of 0..E-1, scaled), in dtype
+at::Tensor distinct_rows(int64_t T, int64_t E, at::ScalarType dtype) {
+  std::vector<at::Tensor> rows;
+  for (int64_t t = 0; t < T; ++t) rows.push_back(torch::randperm(E, torch::kFloat64) * 0.37 - 3);
+  return torch::stack(rows).to(dtype);
+}
+
+at::Tensor long_rows(std::vector<std::vector<int64_t>> v) {
+  std::vector<at::Tensor> rows;
+  for (auto& r : v) rows.push_back(torch::tensor(r, torch::kLong));
+  return torch::stack(rows);
+}
+
+}  // namespace
+
+TEST(SelectRows, TopKEqualsLibTorchWithoutTies) {
+  torch::manual_seed(3);
+  for (auto dtype : {torch::kFloat64, torch::kFloat32})
+    for (auto [E, K] : {std::pair<int64_t, int64_t>{1, 1}, {8, 2}, {64, 8}, {128, 8}, {256, 32}, {9, 9}}) {
+      auto s = distinct_rows(600, E, dtype);  // 600 rows: more than one thread's grain
+      EXPECT_TRUE(top_k_index(s, K).equal(std::get<1>(s.topk(K, -1, true, true)))) << "E " << E << " K " << K;
+    }
+}
+
+TEST(SelectRows, TopKHandCases) {
+  const double nan = std::nan("");
+  // ties keep column order; NaN ranks above every number; a strided view reads the same
+  auto s = torch::tensor({1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, 5.0, 1.0, nan, 3.0, nan}, torch::kFloat64).view({3, 4});
+  EXPECT_TRUE(top_k_index(s, 2).equal(long_rows({{1, 2}, {3, 0}, {1, 3}})));
+  EXPECT_TRUE(top_k_index(s, 4).equal(long_rows({{1, 2, 0, 3}, {3, 0, 1, 2}, {1, 3, 2, 0}})));
+  auto t = s.t().contiguous().t();
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_TRUE(top_k_index(t.to(torch::kFloat32), 1).equal(long_rows({{1}, {3}, {1}})));
+  EXPECT_THROW(top_k_index(s, 5), c10::Error);
+}
+
+TEST(SelectRows, UnitOrderIsTheStableSort) {
+  auto unit = torch::tensor({2, 0, 2, 1, 0}, torch::kLong);
+  EXPECT_TRUE(unit_order(unit, 3).equal(torch::tensor({1, 4, 3, 0, 2}, torch::kLong)));
+  EXPECT_TRUE(unit_order(unit, 5).equal(torch::tensor({1, 4, 3, 0, 2}, torch::kLong)));  // empty units
+  EXPECT_EQ(unit_order(torch::empty({0}, torch::kLong), 4).numel(), 0);
+  torch::manual_seed(4);
+  for (int64_t U : {1, 7, 256}) {
+    auto u = torch::randint(U, {5000}, torch::kLong);
+    EXPECT_TRUE(unit_order(u, U).equal(std::get<1>(u.sort(true, 0, false)))) << "U " << U;
+  }
+  try {
+    unit_order(unit, 2);
+    FAIL() << "a unit out of range must be an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pair 0 names unit 2 of 2"), std::string::npos) << e.what();
+  }
+}
