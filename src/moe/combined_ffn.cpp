@@ -115,7 +115,8 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     const auto& units = p.units;
     auto dy = grads[0].contiguous();
     auto dx = at::zeros_like(x), dweight = at::empty_like(weight);
-    auto dw1 = at::zeros_like(gate_up), dw2 = at::zeros_like(down);
+    auto dw1 = at::empty_like(gate_up), dw2 = at::empty_like(down);
+    units.zero_unwritten(p.counts, dw1, dw2);
     auto db1 = b1.numel() ? at::zeros_like(b1) : at::Tensor(), db2 = b2.numel() ? at::zeros_like(b2) : at::Tensor();
     auto dxs = p.sums(dx);
     const int64_t D = x.size(1);
@@ -135,10 +136,11 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
         dweight_n.add_(at::mv(g_n, b2[e]));
         db2[e].addmv_(g_n.t(), w_n);
       }
+      const double beta = first == p.start[u] ? 0 : 1;  // a unit's first chunk writes its slices
       auto dw2_n = units.w2(dw2[e], b);
-      at::addmm_out(dw2_n, dw2_n, g_n.t(), a_n);
+      at::addmm_out(dw2_n, dw2_n, g_n.t(), a_n, beta);
       if (db1.defined()) units.add_w1(db1[e], b, dh_n.sum(0));
-      units.add_w1_grad(dw1[e], b, dh_n, x_n);
+      units.add_w1_grad(dw1[e], b, dh_n, x_n, beta);
       at::mm_out(x_n, dh_n, units.w1(gate_up[e], b));  // x_n now holds dX's rows
       combine_into(dxs[t], x_n, token_n, {});
     });

@@ -88,21 +88,23 @@ struct GroupedFFN : public torch::autograd::Function<GroupedFFN> {
     const int64_t blocks = ctx->saved_data["blocks"].toInt(), F = down.size(2), M = F / blocks;
     const UnitSlices units{blocks, F, M, swiglu};
     auto dy = grads[0].contiguous();
-    auto dx = at::empty_like(rows), dw1 = at::zeros_like(gate_up), dw2 = at::zeros_like(down);
+    auto dx = at::empty_like(rows), dw1 = at::empty_like(gate_up), dw2 = at::empty_like(down);
+    units.zero_unwritten(counts, dw1, dw2);
     const bool has_b1 = ctx->saved_data["b1"].toBool(), has_b2 = ctx->saved_data["b2"].toBool();
     auto db1 = has_b1 ? at::zeros({gate_up.size(0), gate_up.size(1)}, dy.options()) : at::Tensor();
     auto db2 = has_b2 ? at::zeros({down.size(0), down.size(1)}, dy.options()) : at::Tensor();
-    // units own disjoint rows of dx and disjoint slices of every weight gradient: no two write one
+    // units own disjoint rows of dx and disjoint slices of every weight gradient: no two write one,
+    // and each writes its slices once
     const auto start = unit_starts(counts);
     each_unit(split_units(counts, threads_for(rows)), [&](size_t u, int64_t) {
       const int64_t off = start[u], n = counts[u], e = units.expert(u), b = units.block(u);
       auto x = rows.narrow(0, off, n), hu = h.narrow(0, off, n), au = a.narrow(0, off, n), dyu = dy.narrow(0, off, n);
       auto dw2e = units.w2(dw2[e], b);
-      at::addmm_out(dw2e, dw2e, dyu.t(), au);
+      at::mm_out(dw2e, dyu.t(), au);
       auto dh = units.activation_backward(hu, at::mm(dyu, units.w2(down[e], b)));
       if (has_b2) db2[e].copy_(dyu.sum(0));
       if (has_b1) units.add_w1(db1[e], b, dh.sum(0));
-      units.add_w1_grad(dw1[e], b, dh, x);
+      units.add_w1_grad(dw1[e], b, dh, x, /*beta=*/0);
       auto dx_n = dx.narrow(0, off, n);
       at::mm_out(dx_n, dh, units.w1(gate_up[e], b));
     });

@@ -80,13 +80,22 @@ struct UnitSlices {
       off += count;
     }
   }
-  // dst_e's block rows += dH^T X without a [2M, D] temporary
-  void add_w1_grad(at::Tensor dst_e, int64_t b, const at::Tensor& dh, const at::Tensor& x) const {
+  // dst_e's block rows = beta dst + dH^T X without a [2M, D] temporary (beta 0: dst is not read)
+  void add_w1_grad(at::Tensor dst_e, int64_t b, const at::Tensor& dh, const at::Tensor& x, double beta) const {
     int64_t off = 0;
     for (auto [first, count] : w1_rows(b)) {
       auto dst = dst_e.narrow(0, first, count);
-      at::addmm_out(dst, dst, dh.narrow(1, off, count).t(), x);
+      at::addmm_out(dst, dst, dh.narrow(1, off, count).t(), x, beta);
       off += count;
+    }
+  }
+  // Weight gradients start empty and each unit's first GEMM writes its slices (beta 0): the slices
+  // of units without pairs, which no GEMM writes, are zeroed here.
+  void zero_unwritten(const std::vector<int64_t>& counts, at::Tensor& dw1, at::Tensor& dw2) const {
+    for (size_t u = 0; u < counts.size(); ++u) {
+      if (counts[u] > 0) continue;
+      for (auto [first, count] : w1_rows(block(u))) dw1[expert(u)].narrow(0, first, count).zero_();
+      w2(dw2[expert(u)], block(u)).zero_();
     }
   }
   at::Tensor w2(const at::Tensor& down_e, int64_t b) const { return blocks == 1 ? down_e : down_e.narrow(1, b * M, M); }
