@@ -15,6 +15,15 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The cache lines of a row of n values. Rows of x and y are where the next pair's token points:
+// the hardware's prefetchers see no pattern there, and the GEMMs between two chunks have evicted
+// them: isolated, the prefetch took 12 % off a combine and 6 % off a gather; in the finer MoE
+// shape's training step, where the rows come from memory, 4 % off the whole step.
+template <typename T>
+MF_ALWAYS_INLINE void prefetch_row(const T* row, int64_t n) {
+  for (int64_t c = 0; c < n; c += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(row + c);
+}
+
 // Threads own token ranges and add whole rows in pair order: no two threads write one row, and
 // the sum order is fixed (bitwise repeatable). Splitting the columns instead was 3x slower here:
 // each thread's half rows pull the other half into its cache.
@@ -25,6 +34,7 @@ MF_ALWAYS_INLINE void combine_tokens(const T* out, const int64_t* token, const T
   for (int64_t p = 0; p < P; ++p) {
     const int64_t t = token[p];
     if (t < t0 || t >= t1) continue;
+    if (p + 1 < P) prefetch_row(y + token[p + 1] * D, D);
     const T* o = out + p * D;
     T* row = y + t * D;
     const T w = weight ? weight[p] : T(1);
@@ -58,6 +68,7 @@ MF_ALWAYS_INLINE void combine_backward_pairs(const T* dy, const T* out, const in
                                              T* dweight, int64_t D, int64_t p0, int64_t p1) {
   using acc_t = at::acc_type<T, false>;
   for (int64_t p = p0; p < p1; ++p) {
+    if (p + 1 < p1) prefetch_row(dy + token[p + 1] * D, D);
     const T w = weight[p];
     const T* g = dy + token[p] * D;
     const T* o = out + p * D;
@@ -168,7 +179,10 @@ void gather_into(at::Tensor& rows_PD, const at::Tensor& x_TD, const at::Tensor& 
   const auto* x = static_cast<const char*>(x_TD.data_ptr());
   auto* rows = static_cast<char*>(rows_PD.data_ptr());
   at::parallel_for(0, token_P.numel(), 64, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) std::memcpy(rows + p * bytes, x + token[p] * bytes, bytes);
+    for (int64_t p = p0; p < p1; ++p) {
+      if (p + 1 < p1) prefetch_row(x + token[p + 1] * bytes, static_cast<int64_t>(bytes));
+      std::memcpy(rows + p * bytes, x + token[p] * bytes, bytes);
+    }
   });
 }
 

@@ -47,7 +47,8 @@ void top_k_cpu(const at::Tensor& s_TE, int64_t K, at::Tensor& index_TK) {
 }  // namespace
 
 at::Tensor top_k_index(const at::Tensor& scores_TE, int64_t K) {
-  TORCH_CHECK(scores_TE.dim() == 2 && K >= 1 && K <= scores_TE.size(1), "top_k_index: need scores [T, E] and 1 <= K <= E");
+  TORCH_CHECK(scores_TE.dim() == 2 && K >= 1 && K <= scores_TE.size(1),
+              "top_k_index: need scores [T, E] and 1 <= K <= E");
   const auto dtype = scores_TE.scalar_type();
   if (!scores_TE.is_cpu() || (dtype != at::kFloat && dtype != at::kDouble))
     return std::get<1>(scores_TE.topk(K, -1, /*largest=*/true, /*sorted=*/true));
