@@ -14,6 +14,7 @@
 #include "moe/combined_ffn.h"
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
+#include "moe/select_rows.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -74,6 +75,27 @@ KernelCase gather_case(CaseSize size, at::ScalarType dtype) {
                static_cast<double>(P * D), 1e-6};
   c.ours = [=] { return forward_backward([=] { return gather_rows(x, token); }, {x}, up); };
   c.reference = [=] { return forward_backward([=] { return x.index_select(0, token); }, {x}, up); };
+  return c;
+}
+
+// The router's two selections (moe/select_rows.h) at the finer MoE shape (T 4096, E 128, k 8).
+// Top-k compares the selected scores in order (at::topk orders equal scores as it likes, and
+// float32 rows of 128 normal scores do hold ties); the order of pairs compares indices.
+KernelCase top_k_case(CaseSize size, at::ScalarType dtype) {
+  const int64_t T = size == CaseSize::Perf ? 4096 : 37, E = size == CaseSize::Perf ? 128 : 24, K = 8;
+  auto s = input({T, E}, dtype);
+  KernelCase c{"top-k per token (router)", fmt::format("T={} E={} k={}", T, E, K), static_cast<double>(T * E), 1e-6};
+  c.ours = [=] { return Outputs{s.gather(1, top_k_index(s, K))}; };
+  c.reference = [=] { return Outputs{std::get<0>(s.topk(K, -1, true, true))}; };
+  return c;
+}
+
+KernelCase unit_order_case(CaseSize size, at::ScalarType) {
+  const int64_t U = size == CaseSize::Perf ? 128 : 24, P = size == CaseSize::Perf ? 4096 * 8 : 300;
+  auto unit = torch::randint(U, {P}, torch::kLong);
+  KernelCase c{"pairs in unit order (stable)", fmt::format("P={} U={}", P, U), static_cast<double>(P), 1e-9};
+  c.ours = [=] { return Outputs{unit_order(unit, U)}; };
+  c.reference = [=] { return Outputs{std::get<1>(unit.sort(true, 0, false))}; };
   return c;
 }
 
@@ -282,6 +304,8 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   torch::manual_seed(0);
   return {combine_case(size, dtype),
           gather_case(size, dtype),
+          top_k_case(size, dtype),
+          unit_order_case(size, dtype),
           grouped_case(size, dtype),
           combined_training_case(size, dtype),
           units_case(size, dtype, 1, false),
