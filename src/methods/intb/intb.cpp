@@ -8,6 +8,7 @@
 #include "core/config_keys.h"
 #include "model/method_info.h"
 #include "moe/dispatch.h"
+#include "moe/select_rows.h"
 
 namespace mf {
 namespace F = torch::nn::functional;
@@ -193,7 +194,7 @@ RouterOutput IntBFeedForward::route(const at::Tensor& x_TD) const {
   };
   auto logits_TE = lin(router_out, torch::relu(lin(router_in, x_TD.to(dtype))));
   auto probs_TE = logits_TE.softmax(-1);
-  auto index_TK = std::get<1>(logits_TE.topk(opt_.top_k, -1));
+  auto index_TK = top_k_index(logits_TE.detach(), opt_.top_k);
   RouterOutput r;
   auto& a = r.assignment;
   a.num_tokens = x_TD.size(0);
