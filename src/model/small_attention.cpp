@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/exp_poly.h"
 #include "core/simd.h"
 
 namespace mf {
@@ -74,8 +75,13 @@ MF_ALWAYS_INLINE void forward_range(const Shape& s, const Layouts& l, int64_t m0
       for (int64_t d = 0; d < s.Dh; ++d) qi[d] = scale * qm[i * l.q.row + d];
       row_times(qi.data(), kT.data(), s.keys, last + 1, s.Dh, pi);
       const T top = *std::max_element(pi, pi + last + 1);
+      // the exponentials in a loop of their own, which vectorises through the shared polynomial
+      // (std::exp inside the sum was a libm call per score)
+#pragma omp simd
+      for (int64_t j = 0; j <= last; ++j) pi[j] = exp_lanes(pi[j] - top);
       T sum = 0;
-      for (int64_t j = 0; j <= last; ++j) sum += pi[j] = std::exp(pi[j] - top);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j <= last; ++j) sum += pi[j];
       for (int64_t j = last + 1; j < s.keys; ++j) pi[j] = 0;
       std::fill(oi, oi + s.Dh, T(0));
       for (int64_t j = 0; j <= last; ++j) axpy(pi[j] /= sum, vm + j * l.v.row, oi, s.Dh);
