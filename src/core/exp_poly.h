@@ -33,4 +33,14 @@ MF_ALWAYS_INLINE float exp_lanes(float x) {
 }
 MF_ALWAYS_INLINE double exp_lanes(double x) { return std::exp(x); }
 
+// erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7), as LibTorch's vectorised GELU;
+// float64 keeps std::erf
+MF_ALWAYS_INLINE float erf_lanes(float x) {
+  const float a = x < 0 ? -x : x, t = 1.0f / (a * 0.3275911f + 1.0f);
+  const float poly = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;
+  const float e = 1.0f - poly * t * exp_lanes(-(x * x));
+  return x < 0 ? -e : e;
+}
+MF_ALWAYS_INLINE double erf_lanes(double x) { return std::erf(x); }
+
 }  // namespace mf
