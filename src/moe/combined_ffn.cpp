@@ -6,7 +6,9 @@
 
 #include "moe/activation_rows.h"
 #include "moe/combine.h"
+#include "moe/combined_tiles.h"
 #include "moe/fused_units.h"
+#include "moe/unit_gemm.h"
 #include "moe/unit_slices.h"
 
 namespace mf {
@@ -15,21 +17,43 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One call's plan: the units' slices, their pair ranges, the threads' units and R rows a chunk.
+// One call's plan: the units' slices, their pair ranges, the threads' units, R rows a chunk and
+// whether the products run on moe/unit_gemm.h (float32, contiguous weights, no biases) or LibTorch's.
 struct ChunkPlan {
   UnitSlices units;
   std::vector<int64_t> counts, start;
   std::vector<std::vector<size_t>> threads;
   int64_t R;
+  bool tiles;
 
-  ChunkPlan(const at::Tensor& x, std::vector<int64_t> counts_U, int64_t F, bool swiglu, int64_t blocks,
-            int64_t chunk_hidden)
-      : units{blocks, F, F / blocks, swiglu},
+  ChunkPlan(const at::Tensor& x, std::vector<int64_t> counts_U, const at::Tensor& gate_up, const at::Tensor& down,
+            const at::Tensor& b1, const at::Tensor& b2, bool swiglu, int64_t blocks, int64_t chunk_hidden)
+      : units{blocks, down.size(2), down.size(2) / blocks, swiglu},
         counts(std::move(counts_U)),
         start(unit_starts(counts)),
-        threads(split_units(counts, threads_for(x))) {
+        threads(split_units(counts, threads_for(x))),
+        tiles(unit_gemm_preferred(x) && !b1.numel() && !b2.numel() && gate_up.scalar_type() == at::kFloat &&
+              down.scalar_type() == at::kFloat && gate_up.is_contiguous() && down.is_contiguous()) {
     const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
     R = std::max<int64_t>(1, std::min(chunk_hidden / units.M, largest));
+  }
+  // per thread, unit_gemm's workspace for products as deep as D, a chunk or H
+  at::Tensor workspace(const at::Tensor& x) const {
+    const int64_t depth = std::max({x.size(1), R, units.hidden()});
+    return at::empty({static_cast<int64_t>(threads.size()), unit_gemm_workspace(depth)}, x.options());
+  }
+  TileChunk chunk(size_t u, const at::Tensor& x, const at::Tensor& token, const at::Tensor& weight,
+                  const at::Tensor& gate_up, const at::Tensor& down, int64_t first, int64_t n, at::Tensor ws) const {
+    return {units,
+            u,
+            gate_up,
+            down,
+            x.data_ptr<float>(),
+            x.size(1),
+            token.data_ptr<int64_t>() + first,
+            weight.data_ptr<float>() + first,
+            n,
+            ws.data_ptr<float>()};
   }
   // per thread, R rows of `width` scratch
   at::Tensor scratch(int64_t width, const at::Tensor& like) const {
@@ -60,14 +84,20 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
   const int64_t D = x.size(1);
   auto y_TD = at::zeros_like(x);
   auto ys = p.sums(y_TD);
-  auto rows = p.scratch(D, x), out = p.scratch(D, x), a = p.scratch(p.units.M, x);
+  auto a = p.scratch(p.units.M, x);
   auto h = h_P.defined() ? at::Tensor() : p.scratch(p.units.hidden(), x);
+  auto rows = p.tiles ? p.workspace(x) : p.scratch(D, x), out = p.tiles ? at::Tensor() : p.scratch(D, x);
   p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
+    auto h_n = h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n);
+    if (p.tiles) {
+      tiles_forward(p.chunk(u, x, token, weight, gate_up, down, first, n, rows[t]), h_n, a[t].narrow(0, 0, n),
+                    ys[t].data_ptr<float>());
+      return;
+    }
     auto token_n = token.narrow(0, first, n);
     auto rows_n = rows[t].narrow(0, 0, n), out_n = out[t].narrow(0, 0, n);
     gather_into(rows_n, x, token_n);
-    p.units.forward(u, rows_n, gate_up, down, b1, b2, h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n),
-                    a[t].narrow(0, 0, n), out_n);
+    p.units.forward(u, rows_n, gate_up, down, b1, b2, h_n, a[t].narrow(0, 0, n), out_n);
     combine_into(ys[t], out_n, token_n, weight.narrow(0, first, n));
   });
   ChunkPlan::sum(ys);
@@ -95,7 +125,7 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
                             const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1,
                             const at::Tensor& b2, const at::Tensor& token, const std::vector<int64_t>& counts,
                             bool swiglu, int64_t blocks, int64_t chunk_hidden) {
-    const ChunkPlan p(x, counts, down.size(2), swiglu, blocks, chunk_hidden);
+    const ChunkPlan p(x, counts, gate_up, down, b1, b2, swiglu, blocks, chunk_hidden);
     auto h_P = at::empty({token.numel(), p.units.hidden()}, x.options());
     auto y = combined_forward(p, x, token, weight, gate_up, down, b1, b2, h_P);
     ctx->save_for_backward({x, weight, gate_up, down, b1, b2, token, h_P});
@@ -110,8 +140,9 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     const auto s = ctx->get_saved_variables();
     const auto &x = s[0], &weight = s[1], &gate_up = s[2], &down = s[3], &b1 = s[4], &b2 = s[5], &token = s[6],
                &h_P = s[7];
-    const ChunkPlan p(x, ctx->saved_data["counts"].toIntVector(), down.size(2), ctx->saved_data["swiglu"].toBool(),
-                      ctx->saved_data["blocks"].toInt(), ctx->saved_data["chunk_hidden"].toInt());
+    const ChunkPlan p(x, ctx->saved_data["counts"].toIntVector(), gate_up, down, b1, b2,
+                      ctx->saved_data["swiglu"].toBool(), ctx->saved_data["blocks"].toInt(),
+                      ctx->saved_data["chunk_hidden"].toInt());
     const auto& units = p.units;
     auto dy = grads[0].contiguous();
     auto dx = at::zeros_like(x), dweight = at::empty_like(weight);
@@ -120,13 +151,19 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     auto db1 = b1.numel() ? at::zeros_like(b1) : at::Tensor(), db2 = b2.numel() ? at::zeros_like(b2) : at::Tensor();
     auto dxs = p.sums(dx);
     const int64_t D = x.size(1);
-    auto rows = p.scratch(D, x), g = p.scratch(D, x), a = p.scratch(units.M, x), ga = p.scratch(units.M, x);
-    auto dh = p.scratch(p.units.hidden(), x);
+    auto rows = p.tiles ? p.workspace(x) : p.scratch(D, x), g = p.tiles ? at::Tensor() : p.scratch(D, x);
+    auto a = p.scratch(units.M, x), ga = p.scratch(units.M, x), dh = p.scratch(p.units.hidden(), x);
     p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
       const int64_t e = units.expert(u), b = units.block(u);
-      auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n), h_n = h_P.narrow(0, first, n);
-      auto x_n = rows[t].narrow(0, 0, n), g_n = g[t].narrow(0, 0, n), a_n = a[t].narrow(0, 0, n),
-           ga_n = ga[t].narrow(0, 0, n);
+      auto h_n = h_P.narrow(0, first, n), a_n = a[t].narrow(0, 0, n), ga_n = ga[t].narrow(0, 0, n);
+      if (p.tiles) {
+        tiles_backward(p.chunk(u, x, token, weight, gate_up, down, first, n, rows[t]), h_n, dy.data_ptr<float>(),
+                       dweight.narrow(0, first, n), dw1, dw2, first == p.start[u], dxs[t].data_ptr<float>(), ga_n, a_n,
+                       dh[t].narrow(0, 0, n));
+        return;
+      }
+      auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n);
+      auto x_n = rows[t].narrow(0, 0, n), g_n = g[t].narrow(0, 0, n);
       gather_into(x_n, x, token_n);
       gather_into(g_n, dy, token_n);
       at::mm_out(ga_n, g_n, units.w2(down[e], b));  // G = dy[token] W2
@@ -187,7 +224,7 @@ at::Tensor grouped_ffn_combined(const at::Tensor& x_TD, const at::Tensor& token_
   TORCH_CHECK(!pack || !grad, "the fused units kernel is an inference path: call it without grad");
   if (grad)
     return CombinedFFN::apply(x, weight, gate_up, down_EDF, b1, b2, token, counts, swiglu, blocks, chunk_hidden);
-  const ChunkPlan p(x, std::move(counts), F, swiglu, blocks, chunk_hidden);
+  const ChunkPlan p(x, std::move(counts), gate_up, down_EDF, b1, b2, swiglu, blocks, chunk_hidden);
   if (pack) return fused_combined(*pack, p, x, token, weight, gate_up, down_EDF, gate_up_bias, down_bias);
   return combined_forward(p, x, token, weight, gate_up, down_EDF, b1, b2, {});
 }

@@ -5,6 +5,7 @@
 
 #include "core/exp_poly.h"
 #include "core/simd.h"
+#include "moe/tiles.h"
 
 namespace mf {
 namespace {
@@ -68,47 +69,11 @@ std::shared_ptr<const PackedUnits> UnitPack::get(const at::Tensor& gate_up, cons
   return packed_;
 }
 
-// The kernel is written once over GCC vectors of W floats in tiles of R rows x up to P vectors
-// (R P accumulators + P weight vectors + a broadcast fit the register file: 32 zmm for W = 16,
-// R = 8, P = 3; 16 ymm or xmm for W = 8 or 4, R = 6, P = 2) and compiled for AVX-512, AVX2 + FMA
-// and baseline x86-64 below.
+// The kernel is written once over moe/tiles.h's register tiles (W floats a vector, R rows x up to
+// P vectors) and compiled for AVX-512, AVX2 + FMA and baseline x86-64 below.
 namespace {
 
-template <int W>
-struct Lanes {
-  typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
-  typedef int32_t IVec __attribute__((vector_size(W * sizeof(int32_t))));
-};
-static_assert(kPad % 16 == 0, "widths are padded to whole vectors of every width");
-
-template <int W>
-MF_ALWAYS_INLINE typename Lanes<W>::Vec load(const float* p) {
-  return *reinterpret_cast<const typename Lanes<W>::Vec*>(p);
-}
-template <int W>
-MF_ALWAYS_INLINE void store(float* p, typename Lanes<W>::Vec v) {
-  *reinterpret_cast<typename Lanes<W>::Vec*>(p) = v;
-}
-template <int W>
-MF_ALWAYS_INLINE typename Lanes<W>::Vec splat(float s) {
-  return typename Lanes<W>::Vec{} + s;
-}
-
-// acc[r][v] = sum_k a[r][k] w[k ldw + v W .. + W)   (a[r]: row r, read through its pointer)
-template <int W, int R, int NV>
-MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w, int64_t ldw,
-                           typename Lanes<W>::Vec (&acc)[R][NV]) {
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
-  for (int64_t k = 0; k < K; ++k) {
-    typename Lanes<W>::Vec wk[NV];
-    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
-    for (int r = 0; r < R; ++r) {
-      const float s = a[r][k];
-      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
-    }
-  }
-}
+using tiles::Lanes;
 
 // fn(NV, col) over the columns [0, n) (n: whole vectors) in panels of P (2 or 3) vectors, the
 // rest in one panel of 1 or 2: a narrow unit (M = 24 in the ViT's blocks) computes no padding beyond a vector
@@ -132,8 +97,8 @@ template <int W>
 MF_ALWAYS_INLINE typename Lanes<W>::Vec exp_vec(typename Lanes<W>::Vec x) {
   using Vec = typename Lanes<W>::Vec;
   using IVec = typename Lanes<W>::IVec;
-  x = x < splat<W>(88.3762626647949f) ? x : splat<W>(88.3762626647949f);
-  x = x > splat<W>(-87.3365447505531f) ? x : splat<W>(-87.3365447505531f);
+  x = x < tiles::splat<W>(88.3762626647949f) ? x : tiles::splat<W>(88.3762626647949f);
+  x = x > tiles::splat<W>(-87.3365447505531f) ? x : tiles::splat<W>(-87.3365447505531f);
   Vec n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + 0.5f, IVec), Vec);
   n += __builtin_convertvector(n > x * 1.44269504088896341f + 0.5f, Vec);  // trunc -> floor (the mask is -1)
   const Vec r = x - n * kLn2Hi - n * kLn2Lo;
@@ -147,7 +112,7 @@ MF_ALWAYS_INLINE typename Lanes<W>::Vec erf_vec(typename Lanes<W>::Vec x) {
   using Vec = typename Lanes<W>::Vec;
   const Vec a = x < 0.0f ? -x : x;
   const Vec t = 1.0f / (a * 0.3275911f + 1.0f);
-  Vec poly = splat<W>(1.061405429f);
+  Vec poly = tiles::splat<W>(1.061405429f);
   for (float c : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) poly = poly * t + c;
   const Vec e = 1.0f - poly * t * exp_vec<W>(-(x * x));
   return x < 0.0f ? -e : e;
@@ -160,13 +125,13 @@ MF_ALWAYS_INLINE void activate(const PackedUnits& p, float* h, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
     float* g = h + r * p.n1;
     for (int64_t c = 0; c < p.Mp; c += W) {
-      const Vec v = load<W>(g + c);
+      const Vec v = tiles::load<W>(g + c);
       Vec a;
       if (p.swiglu)
-        a = v / (1.0f + exp_vec<W>(-v)) * load<W>(g + p.Mp + c);  // silu(gate) * up
+        a = v / (1.0f + exp_vec<W>(-v)) * tiles::load<W>(g + p.Mp + c);  // silu(gate) * up
       else
         a = v * 0.5f * (1.0f + erf_vec<W>(v * 0.70710678118654752f));  // x Phi(x)
-      store<W>(g + c, a);
+      tiles::store<W>(g + c, a);
     }
   }
 }
@@ -189,10 +154,10 @@ MF_ALWAYS_INLINE void fused_unit_body(const PackedUnits& p, int64_t u, const flo
         const float* a[R];
         tile_rows<R>(a, r0, cn, [&](int64_t r) { return x + token[c0 + r] * D; });
         Vec acc[R][NV];
-        tile<W, R, NV>(a, D, w1 + col, p.n1, acc);
+        tiles::tile<W, R, NV>(a, D, w1 + col, p.n1, acc);
         for (int r = 0; r < R && r0 + r < cn; ++r)
           for (int v = 0; v < NV; ++v)
-            store<W>(h + (r0 + r) * p.n1 + col + v * W, acc[r][v] + load<W>(b1 + col + v * W));
+            tiles::store<W>(h + (r0 + r) * p.n1 + col + v * W, acc[r][v] + tiles::load<W>(b1 + col + v * W));
       }
     });
     activate<W>(p, h, cn);
@@ -203,15 +168,15 @@ MF_ALWAYS_INLINE void fused_unit_body(const PackedUnits& p, int64_t u, const flo
         const float* a[R];
         tile_rows<R>(a, r0, cn, [&](int64_t r) { return h + r * p.n1; });
         Vec acc[R][NV];
-        tile<W, R, NV>(a, p.M, w2 + col, p.Dp, acc);
+        tiles::tile<W, R, NV>(a, p.M, w2 + col, p.Dp, acc);
         for (int r = 0; r < R && r0 + r < cn; ++r) {
           float* yr = y + token[c0 + r0 + r] * D;
           const float s = weight[c0 + r0 + r];
           for (int v = 0; v < NV; ++v) {
             const int64_t c = col + v * W;
-            const Vec out = s * (b2 ? acc[r][v] + load<W>(b2 + c) : acc[r][v]);
+            const Vec out = s * (b2 ? acc[r][v] + tiles::load<W>(b2 + c) : acc[r][v]);
             if (c + W <= D) {
-              store<W>(yr + c, load<W>(yr + c) + out);
+              tiles::store<W>(yr + c, tiles::load<W>(yr + c) + out);
             } else {
               for (int64_t i = 0; c + i < D; ++i) yr[c + i] += out[i];
             }

@@ -1,0 +1,65 @@
+// Register tiles shared by our unit GEMMs (moe/fused_units.cpp, moe/unit_gemm.cpp): GCC vectors of
+// W floats, R rows x NV vectors of accumulators, written once and compiled per instruction set by
+// their callers (AVX-512: W 16, R 8, up to 3 vectors: 24 accumulators + 3 weight vectors + a
+// broadcast in 32 zmm; AVX2 + FMA and baseline: W 8 or 4, R 6, up to 2). Internal to moe/.
+#pragma once
+#include <cstdint>
+
+#include "core/simd.h"
+
+namespace mf::tiles {
+
+template <int W>
+struct Lanes {
+  typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
+  typedef int32_t IVec __attribute__((vector_size(W * sizeof(int32_t))));
+};
+
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec load(const float* p) {
+  return *reinterpret_cast<const typename Lanes<W>::Vec*>(p);
+}
+template <int W>
+MF_ALWAYS_INLINE void store(float* p, typename Lanes<W>::Vec v) {
+  *reinterpret_cast<typename Lanes<W>::Vec*>(p) = v;
+}
+template <int W>
+MF_ALWAYS_INLINE typename Lanes<W>::Vec splat(float s) {
+  return typename Lanes<W>::Vec{} + s;
+}
+
+// acc[r][v] = sum_k a[r][k] w[k ldw + v W .. + W)   (a[r]: row r, read through its pointer)
+template <int W, int R, int NV>
+MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w, int64_t ldw,
+                           typename Lanes<W>::Vec (&acc)[R][NV]) {
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
+  for (int64_t k = 0; k < K; ++k) {
+    typename Lanes<W>::Vec wk[NV];
+    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
+    for (int r = 0; r < R; ++r) {
+      const float s = a[r][k];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
+    }
+  }
+}
+
+// The same with A read by depth: acc[r][v] = sum_k a[k][off[r]] w[k ldw + v W .. + W), where
+// a[k] holds row k of A^T (a weight gradient's sum over pairs: A^T is the pairs' rows)
+template <int W, int R, int NV>
+MF_ALWAYS_INLINE void tile_by_depth(const float* const* a, const int64_t (&off)[R], int64_t K, const float* w,
+                                    int64_t ldw, typename Lanes<W>::Vec (&acc)[R][NV]) {
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
+  for (int64_t k = 0; k < K; ++k) {
+    typename Lanes<W>::Vec wk[NV];
+    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
+    const float* ak = a[k];
+    for (int r = 0; r < R; ++r) {
+      const float s = ak[off[r]];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
+    }
+  }
+}
+
+}  // namespace mf::tiles

@@ -1,0 +1,40 @@
+// The training path's unit GEMMs (moe/combined_ffn.cpp) on our own register tiles (moe/tiles.h):
+//   out[r][c] = (accumulate ? out[r][c] : 0) + scale[r] * sum_k a(r, k) b(k, c)
+// for r < rows, c < cols, k < depth, every operand reached through row pointers. A gather of x's
+// or dy's rows then happens in the loads and a weighted combine into y's or dx's rows in the
+// stores, and either operand can be read transposed, so none of a unit's six products copies
+// its rows first. B is packed panel by panel (up to 48 columns x depth, zero past cols) and
+// stays in L1/L2 while every R-row tile of A runs over it; A is read in place.
+//
+// On an AVX-512 machine these ran 1.6-2x OpenBLAS's Haswell kernels plus our combine
+// (docs/benchmarks.md); the AVX2 and baseline variants exist for the tests and for pinning
+// (force_unit_gemm), and are not taken unasked.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace mf {
+
+struct UnitGemm {
+  int64_t rows = 0, cols = 0, depth = 0;
+  const float* const* a = nullptr;  // a(r, k) = a[r][k], or a[k][r] when a_by_depth
+  bool a_by_depth = false;
+  const float* const* b = nullptr;  // b(k, c) = b[k][c], or b[c][k] when b_by_col
+  bool b_by_col = false;
+  float* const* out = nullptr;   // out[r]: row r of the result (cols floats)
+  const float* scale = nullptr;  // one per row, or none (1)
+  bool accumulate = false;
+};
+
+// floats of workspace unit_gemm needs for this depth (one packed panel of B)
+int64_t unit_gemm_workspace(int64_t depth);
+void unit_gemm(const UnitGemm& g, float* workspace);
+
+// Whether the combined training path runs its units on unit_gemm for x (float32 on the CPU, and
+// AVX-512 unless pinned); force_unit_gemm(true / false) pins the choice, nullopt unpins.
+bool unit_gemm_preferred(const at::Tensor& x_TD);
+void force_unit_gemm(std::optional<bool> on);
+
+}  // namespace mf
