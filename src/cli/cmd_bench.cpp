@@ -23,8 +23,9 @@ void add_moe_bench(CLI::App* bench) {
   auto* moe = bench->add_subcommand(
       "moe",
       "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer (its training path, the "
-      "combined units, and the grouped path beside it), (b) a dense SwiGLU with the same active FLOPs, (c) the Hugging "
-      "Face style per-expert Python loop (python3-torch)");
+      "combined units; on AVX-512 also with LibTorch's products in place of our unit GEMMs; and the grouped path), "
+      "(b) a dense SwiGLU with the same active FLOPs (LibTorch's products), (c) the Hugging Face style per-expert "
+      "Python loop (python3-torch)");
   const auto moe_t = std::make_shared<Timing>();
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
   moe->add_option("--shape", which,

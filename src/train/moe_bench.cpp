@@ -9,6 +9,7 @@
 #include "core/timing.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
+#include "moe/unit_gemm.h"
 
 namespace mf {
 
@@ -39,16 +40,21 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
     auto x = torch::randn({s.T, s.d}).requires_grad_(true);
     auto grad = torch::ones({s.T, s.d});
-    const auto t_moe = [&](UnitsPath path) {
+    const auto t_moe = [&](UnitsPath path, std::optional<bool> tiles) {
       force_units_path(path);
+      force_unit_gemm(tiles);
       const double sec = best_seconds(iters, [&] {
         auto r = router->forward(x);
         dispatch(x, r.assignment, bank).y_TD.backward(grad);
       });
       force_units_path(std::nullopt);
+      force_unit_gemm(std::nullopt);
       return sec;
     };
-    const double t_combined = t_moe(UnitsPath::Combined), t_grouped = t_moe(UnitsPath::Grouped);
+    const bool tiles = unit_gemm_preferred(x);
+    const double t_combined = t_moe(UnitsPath::Combined, std::nullopt);
+    const double t_blas = tiles ? t_moe(UnitsPath::Combined, false) : 0;
+    const double t_grouped = t_moe(UnitsPath::Grouped, std::nullopt);
     const double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
     const auto row = [&](const std::string& impl, double sec) {
       table.add({{"shape", s.name},
@@ -59,6 +65,7 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
                  {"vs_dense", t_dense / sec}});
     };
     row("moeforge MoE layer", t_combined);
+    if (tiles) row("  LibTorch's products", t_blas);
     row("  grouped units path", t_grouped);
     row("dense SwiGLU (k*F)", t_dense);
     if (peer.empty()) continue;
