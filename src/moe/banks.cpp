@@ -4,8 +4,8 @@
 
 #include "core/bf16.h"
 #include "core/init.h"
-#include "moe/fused_units.h"
 #include "moe/combined_ffn.h"
+#include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 
 namespace mf {

@@ -18,7 +18,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // One call's plan: the units' slices, their pair ranges, the threads' units, R rows a chunk and
-// whether the products run on moe/unit_gemm.h (float32, contiguous weights, no biases) or LibTorch's.
+// whether the products run on moe/unit_gemm.h (float32, contiguous weights) or LibTorch's.
 struct ChunkPlan {
   UnitSlices units;
   std::vector<int64_t> counts, start;
@@ -32,8 +32,9 @@ struct ChunkPlan {
         counts(std::move(counts_U)),
         start(unit_starts(counts)),
         threads(split_units(counts, threads_for(x))),
-        tiles(unit_gemm_preferred(x) && !b1.numel() && !b2.numel() && gate_up.scalar_type() == at::kFloat &&
-              down.scalar_type() == at::kFloat && gate_up.is_contiguous() && down.is_contiguous()) {
+        tiles(unit_gemm_preferred(x) && gate_up.scalar_type() == at::kFloat && down.scalar_type() == at::kFloat &&
+              gate_up.is_contiguous() && down.is_contiguous() && b1.is_contiguous() && b2.is_contiguous() &&
+              (!b1.numel() || b1.scalar_type() == at::kFloat) && (!b2.numel() || b2.scalar_type() == at::kFloat)) {
     const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
     R = std::max<int64_t>(1, std::min(chunk_hidden / units.M, largest));
   }
@@ -43,15 +44,19 @@ struct ChunkPlan {
     return at::empty({static_cast<int64_t>(threads.size()), unit_gemm_workspace(depth)}, x.options());
   }
   TileChunk chunk(size_t u, const at::Tensor& x, const at::Tensor& token, const at::Tensor& weight,
-                  const at::Tensor& gate_up, const at::Tensor& down, int64_t first, int64_t n, at::Tensor ws) const {
+                  const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1, const at::Tensor& b2,
+                  int64_t first, int64_t n, at::Tensor ws) const {
+    const float* w = weight.data_ptr<float>() + first;
     return {units,
             u,
             gate_up,
             down,
+            b1,
+            b2,
             x.data_ptr<float>(),
             x.size(1),
             token.data_ptr<int64_t>() + first,
-            weight.data_ptr<float>() + first,
+            w,
             n,
             ws.data_ptr<float>()};
   }
@@ -90,7 +95,7 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
   p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
     auto h_n = h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n);
     if (p.tiles) {
-      tiles_forward(p.chunk(u, x, token, weight, gate_up, down, first, n, rows[t]), h_n, a[t].narrow(0, 0, n),
+      tiles_forward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, rows[t]), h_n, a[t].narrow(0, 0, n),
                     ys[t].data_ptr<float>());
       return;
     }
@@ -157,9 +162,10 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
       const int64_t e = units.expert(u), b = units.block(u);
       auto h_n = h_P.narrow(0, first, n), a_n = a[t].narrow(0, 0, n), ga_n = ga[t].narrow(0, 0, n);
       if (p.tiles) {
-        tiles_backward(p.chunk(u, x, token, weight, gate_up, down, first, n, rows[t]), h_n, dy.data_ptr<float>(),
-                       dweight.narrow(0, first, n), dw1, dw2, first == p.start[u], dxs[t].data_ptr<float>(), ga_n, a_n,
-                       dh[t].narrow(0, 0, n));
+        const TileGrads d{dweight.narrow(0, first, n), dw1, dw2, db1, db2, first == p.start[u],
+                          dxs[t].data_ptr<float>()};
+        tiles_backward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, rows[t]), h_n,
+                       dy.data_ptr<float>(), d, ga_n, a_n, dh[t].narrow(0, 0, n));
         return;
       }
       auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n);

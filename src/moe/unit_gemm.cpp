@@ -49,12 +49,13 @@ MF_ALWAYS_INLINE void panel_rows(const UnitGemm& g, int64_t r0, int64_t col, con
     float* o = g.out[r0 + r] + col;
     const float s = g.scale ? g.scale[r0 + r] : 1.0f;
     for (int v = 0; v < NV; ++v) {
-      const Vec val = s * acc[r][v];
       const int64_t c = v * W;
       if (col + c + W <= g.cols) {
+        const Vec val = s * (g.bias ? acc[r][v] + tiles::load<W>(g.bias + col + c) : acc[r][v]);
         tiles::store<W>(o + c, g.accumulate ? tiles::load<W>(o + c) + val : val);
       } else {
-        for (int64_t i = 0; col + c + i < g.cols; ++i) o[c + i] = (g.accumulate ? o[c + i] : 0.0f) + val[i];
+        for (int64_t i = 0; col + c + i < g.cols; ++i)
+          o[c + i] = (g.accumulate ? o[c + i] : 0.0f) + s * (acc[r][v][i] + (g.bias ? g.bias[col + c + i] : 0.0f));
       }
     }
   }

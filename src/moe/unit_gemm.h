@@ -1,5 +1,5 @@
 // The training path's unit GEMMs (moe/combined_ffn.cpp) on our own register tiles (moe/tiles.h):
-//   out[r][c] = (accumulate ? out[r][c] : 0) + scale[r] * sum_k a(r, k) b(k, c)
+//   out[r][c] = (accumulate ? out[r][c] : 0) + scale[r] * (sum_k a(r, k) b(k, c) + bias[c])
 // for r < rows, c < cols, k < depth, every operand reached through row pointers. A gather of x's
 // or dy's rows then happens in the loads and a weighted combine into y's or dx's rows in the
 // stores, and either operand can be read transposed, so none of a unit's six products copies
@@ -26,6 +26,7 @@ struct UnitGemm {
   float* const* out = nullptr;   // out[r]: row r of the result (cols floats)
   const float* scale = nullptr;  // one per row, or none (1)
   bool accumulate = false;
+  const float* bias = nullptr;  // one per column, or none (0)
 };
 
 // floats of workspace unit_gemm needs for this depth (one packed panel of B)
