@@ -15,6 +15,7 @@
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 #include "moe/select_rows.h"
+#include "moe/unit_gemm.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -144,16 +145,25 @@ KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
 
 // The training path straight from x (fine-grained SwiGLU experts): chunks of gather -> unit ->
 // combine and their hand-written backward, against gather -> the units loop -> scaled index_add.
-KernelCase combined_training_case(CaseSize size, at::ScalarType dtype) {
+// Its products run on moe/unit_gemm.h where that is preferred (AVX-512, float32); `tiles` pins
+// them there at every level (float32 only).
+KernelCase combined_training_case(CaseSize size, at::ScalarType dtype, bool tiles) {
   const auto u = swiglu_units(size, dtype);
   const auto& token = u.pairs.token_P;
   auto x = input({u.T, u.D}, dtype, true), weight = input({u.P}, dtype, true), up = input({u.T, u.D}, dtype);
-  KernelCase c{"combined units (training), fwd+bwd",
+  KernelCase c{tiles ? "combined units (training), unit GEMMs pinned" : "combined units (training), fwd+bwd",
                fmt::format("T={} P={} D={} E={} F={} SwiGLU", u.T, u.P, u.D, u.E, u.F), 18.0 * u.P * u.D * u.F, 1e-5};
+  if (tiles && dtype != at::kFloat) {
+    c.runs = false;
+    c.why = "float32 only";
+  }
   c.ours = [=] {
-    return forward_backward(
+    if (tiles) force_unit_gemm(true);
+    auto out = forward_backward(
         [=] { return grouped_ffn_combined(x, token, weight, u.pairs.counts_U, u.gate_up, u.down, true); },
         {x, weight, u.gate_up, u.down}, up);
+    if (tiles) force_unit_gemm(std::nullopt);
+    return out;
   };
   c.reference = [=] {
     return forward_backward(
@@ -307,7 +317,8 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           top_k_case(size, dtype),
           unit_order_case(size, dtype),
           grouped_case(size, dtype),
-          combined_training_case(size, dtype),
+          combined_training_case(size, dtype, false),
+          combined_training_case(size, dtype, true),
           units_case(size, dtype, 1, false),
           units_case(size, dtype, 8, false),
           units_case(size, dtype, 1, true),

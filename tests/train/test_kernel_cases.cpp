@@ -56,6 +56,7 @@ TEST(KernelCases, FlopCountsByHand) {
   // fwd + bwd of SwiGLU experts: 3 matrices of D x F, 2 flops a multiply-add, 3 passes; P = 29 x 2
   EXPECT_DOUBLE_EQ(flops.at("grouped units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
   EXPECT_DOUBLE_EQ(flops.at("combined units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
+  EXPECT_DOUBLE_EQ(flops.at("combined units (training), unit GEMMs pinned"), 18.0 * 58 * 16 * 12);
   // GELU: 2 matrices of D x F per whole expert, P = 53 x 2; blocks: a B-th of them, P = 53 x 13
   EXPECT_DOUBLE_EQ(flops.at("combined units, inference (whole experts)"), 4.0 * 106 * 20 * 24);
   EXPECT_DOUBLE_EQ(flops.at("combined units, inference (blocks)"), 4.0 * 689 * 20 * 24 / 8);
