@@ -32,8 +32,9 @@ struct ChunkPlan {
         counts(std::move(counts_U)),
         start(unit_starts(counts)),
         threads(split_units(counts, threads_for(x))),
-        tiles(unit_gemm_preferred(x) && gate_up.scalar_type() == at::kFloat && down.scalar_type() == at::kFloat &&
-              gate_up.is_contiguous() && down.is_contiguous() && b1.is_contiguous() && b2.is_contiguous() &&
+        tiles(unit_gemm_preferred(x, threads.size() > 1 || threads_for(x) == 1) &&
+              gate_up.scalar_type() == at::kFloat && down.scalar_type() == at::kFloat && gate_up.is_contiguous() &&
+              down.is_contiguous() && b1.is_contiguous() && b2.is_contiguous() &&
               (!b1.numel() || b1.scalar_type() == at::kFloat) && (!b2.numel() || b2.scalar_type() == at::kFloat)) {
     const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
     R = std::max<int64_t>(1, std::min(chunk_hidden / units.M, largest));

@@ -109,10 +109,10 @@ void unit_gemm(const UnitGemm& g, float* workspace) {
   unit_gemm_base(g, workspace);
 }
 
-bool unit_gemm_preferred(const at::Tensor& x_TD) {
+bool unit_gemm_preferred(const at::Tensor& x_TD, bool units_on_every_thread) {
   if (!x_TD.is_cpu() || x_TD.scalar_type() != at::kFloat) return false;
   if (const int f = forced_unit_gemm; f >= 0) return f == 1;
-  return simd_level() == SimdLevel::Avx512;
+  return simd_level() == SimdLevel::Avx512 && units_on_every_thread;
 }
 
 void force_unit_gemm(std::optional<bool> on) { forced_unit_gemm = on ? static_cast<int>(*on) : -1; }

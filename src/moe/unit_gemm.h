@@ -33,9 +33,11 @@ struct UnitGemm {
 int64_t unit_gemm_workspace(int64_t depth);
 void unit_gemm(const UnitGemm& g, float* workspace);
 
-// Whether the combined training path runs its units on unit_gemm for x (float32 on the CPU, and
-// AVX-512 unless pinned); force_unit_gemm(true / false) pins the choice, nullopt unpins.
-bool unit_gemm_preferred(const at::Tensor& x_TD);
+// Whether the combined training path runs its units on unit_gemm for x: float32 on the CPU, and
+// unless pinned, AVX-512 and the units spread over the threads (each unit_gemm runs on one
+// thread; with fewer units than that OpenBLAS's threads share each product instead).
+// force_unit_gemm(true / false) pins the choice, nullopt unpins.
+bool unit_gemm_preferred(const at::Tensor& x_TD, bool units_on_every_thread = true);
 void force_unit_gemm(std::optional<bool> on);
 
 }  // namespace mf
