@@ -13,20 +13,33 @@ constexpr int64_t kPanelFloats = 48;  // the widest panel: 3 AVX-512 vectors
 
 std::atomic<int> forced_unit_gemm{-1};
 
-// buf[k][j] = b(k, col + j) for j < width (0 past cols): B's panel in the order the tile reads it
-void pack_panel(const UnitGemm& g, int64_t col, int64_t width, float* buf) {
+// buf[k][j] = b(k, col + j) for j < width (a whole number of W vectors; 0 past cols): B's panel in
+// the order the tile reads it. Read by columns, B is transposed W depths at a time: one vector of
+// each column's row, then its W numbers into W rows of the panel.
+template <int W>
+MF_ALWAYS_INLINE void pack_panel(const UnitGemm& g, int64_t col, int64_t width, float* buf) {
+  using Vec = typename tiles::Lanes<W>::Vec;
   const int64_t n = std::min(width, g.cols - col);
   if (g.b_by_col) {
-    for (int64_t j = 0; j < width; ++j) {
-      const float* bc = j < n ? g.b[col + j] : nullptr;
-      for (int64_t k = 0; k < g.depth; ++k) buf[k * width + j] = bc ? bc[k] : 0.0f;
-    }
+    int64_t k0 = 0;
+    for (; k0 + W <= g.depth; k0 += W)
+      for (int64_t j = 0; j < width; ++j) {
+        const Vec v = j < n ? tiles::load<W>(g.b[col + j] + k0) : Vec{};
+        for (int i = 0; i < W; ++i) buf[(k0 + i) * width + j] = v[i];
+      }
+    for (int64_t k = k0; k < g.depth; ++k)
+      for (int64_t j = 0; j < width; ++j) buf[k * width + j] = j < n ? g.b[col + j][k] : 0.0f;
     return;
   }
+  const int64_t whole = n / W * W;
+  constexpr int64_t ahead = 8;  // rows prefetched ahead: gathered rows of x or dy miss the caches
   for (int64_t k = 0; k < g.depth; ++k) {
+    if (k + ahead < g.depth)
+      for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(g.b[k + ahead] + col + j);
     const float* bk = g.b[k] + col;
     float* dst = buf + k * width;
-    for (int64_t j = 0; j < n; ++j) dst[j] = bk[j];
+    for (int64_t j = 0; j < whole; j += W) tiles::store<W>(dst + j, tiles::load<W>(bk + j));
+    for (int64_t j = whole; j < n; ++j) dst[j] = bk[j];
     for (int64_t j = n; j < width; ++j) dst[j] = 0.0f;
   }
 }
@@ -35,6 +48,9 @@ void pack_panel(const UnitGemm& g, int64_t col, int64_t width, float* buf) {
 template <int W, int R, int NV>
 MF_ALWAYS_INLINE void panel_rows(const UnitGemm& g, int64_t r0, int64_t col, const float* buf) {
   using Vec = typename tiles::Lanes<W>::Vec;
+  // the output rows (scattered tokens' rows of y or dx) on their way in while the tile computes
+  for (int r = 0; r < R && r0 + r < g.rows; ++r)
+    for (int64_t c = 0; c < NV * W && col + c < g.cols; c += 16) __builtin_prefetch(g.out[r0 + r] + col + c, 1);
   Vec acc[R][NV];
   if (g.a_by_depth) {
     int64_t off[R];
@@ -74,7 +90,7 @@ MF_ALWAYS_INLINE void unit_gemm_body(const UnitGemm& g, float* buf) {
   int64_t v0 = 0;
   for (int64_t i = 0; i < panels; ++i) {
     const int64_t nv = vecs / panels + (i < vecs % panels ? 1 : 0), col = v0 * W;
-    pack_panel(g, col, nv * W, buf);
+    pack_panel<W>(g, col, nv * W, buf);
     if constexpr (P >= 3)
       if (nv == 3) panel<W, R, 3>(g, col, buf);
     if (nv == 2) panel<W, R, 2>(g, col, buf);
