@@ -43,4 +43,15 @@ MF_ALWAYS_INLINE float erf_lanes(float x) {
 }
 MF_ALWAYS_INLINE double erf_lanes(double x) { return std::erf(x); }
 
+// The FFN activations one number at a time, for `omp simd` loops (moe/activation_rows, the decode
+// engine): SwiGLU's silu(g) u, and GELU's Phi(h) (exact, through erf) so that GELU = h Phi(h).
+template <typename T>
+MF_ALWAYS_INLINE T silu_times(T g, T u) {
+  return g / (T(1) + exp_lanes(-g)) * u;
+}
+template <typename T>
+MF_ALWAYS_INLINE T gelu_phi(T h) {
+  return T(0.5) * (T(1) + erf_lanes(h * T(0.70710678118654752)));
+}
+
 }  // namespace mf

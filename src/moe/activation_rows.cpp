@@ -9,11 +9,7 @@
 namespace mf {
 namespace {
 
-// A and the derivative dA/dH of a GELU channel: Phi(h) and A = h Phi(h), A' = Phi(h) + h phi(h)
-template <typename T>
-MF_ALWAYS_INLINE T gelu_phi(T h) {
-  return T(0.5) * (T(1) + erf_lanes(h * T(0.70710678118654752)));
-}
+// the derivative dA/dH of a GELU channel A = h Phi(h) (core/exp_poly.h): Phi(h) + h phi(h)
 template <typename T>
 MF_ALWAYS_INLINE T gelu_slope(T h, T phi) {
   return phi + h * exp_lanes(T(-0.5) * h * h) * T(0.39894228040143268);
@@ -26,7 +22,7 @@ MF_ALWAYS_INLINE void rows_forward(const T* h, T* a, int64_t P, int64_t M, bool 
       const T *g = h + p * 2 * M, *u = g + M;
       T* out = a + p * M;
 #pragma omp simd
-      for (int64_t c = 0; c < M; ++c) out[c] = g[c] / (T(1) + exp_lanes(-g[c])) * u[c];
+      for (int64_t c = 0; c < M; ++c) out[c] = silu_times(g[c], u[c]);
     }
   else
     for (int64_t p = 0; p < P; ++p) {

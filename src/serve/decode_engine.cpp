@@ -122,10 +122,10 @@ struct Unit {
 MF_ALWAYS_INLINE void activate_body(float* g, const float* u, int64_t n) {
   if (u) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + exp_lanes(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; ++i) g[i] = silu_times(g[i], u[i]);
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) g[i] = 0.5f * g[i] * (1.0f + erf_lanes(g[i] * static_cast<float>(M_SQRT1_2)));
+    for (int64_t i = 0; i < n; ++i) g[i] *= gelu_phi(g[i]);
   }
 }
 MF_SIMD_FUNCTION(activate_range, activate_body, (float* g, const float* u, int64_t n), (g, u, n))
