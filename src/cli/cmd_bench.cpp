@@ -23,7 +23,8 @@ void add_moe_bench(CLI::App* bench) {
   auto* moe = bench->add_subcommand(
       "moe",
       "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer (its training path, the "
-      "combined units; on AVX-512 also with LibTorch's products in place of our unit GEMMs; and the grouped path), "
+      "combined units; also with the other products: LibTorch's where our unit GEMMs are the default, our unit GEMMs "
+      "pinned where they are not; and the grouped path), "
       "(b) a dense SwiGLU with the same active FLOPs (LibTorch's products), (c) the Hugging Face style per-expert "
       "Python loop (python3-torch)");
   const auto moe_t = std::make_shared<Timing>();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/simd.h"
+
 namespace mf {
 namespace {
 
@@ -14,23 +16,48 @@ bool above(T a, T b) {
   return a > b || (std::isnan(a) && !std::isnan(b));
 }
 
-// One row: value/best hold the first K columns sorted (descending), then every later column that
-// ranks above the K-th enters by insertion. Later columns enter only when strictly above, so
-// equal scores stay in column order.
-template <typename T>
-void top_k_row(const T* s, int64_t E, int64_t K, int64_t* best, T* value) {
-  int64_t n = 0;
-  for (int64_t j = 0; j < E; ++j) {
-    const T v = s[j];
-    if (n == K && !above(v, value[K - 1])) continue;
-    int64_t i = n < K ? n++ : K - 1;
-    for (; i > 0 && above(v, value[i - 1]); --i) {
-      best[i] = best[i - 1];
-      value[i] = value[i - 1];
-    }
-    best[i] = j;
-    value[i] = v;
+// the column's score enters best/value (n of K filled, sorted descending) if it ranks above the
+// K-th; later columns enter only when strictly above, so equal scores stay in column order
+template <typename T, bool numbers = false>  // numbers: the row holds no NaN
+MF_ALWAYS_INLINE void offer(T v, int64_t j, int64_t K, int64_t& n, int64_t* best, T* value) {
+  const auto ranks = [](T a, T b) { return numbers ? a > b : above(a, b); };
+  if (n == K && !ranks(v, value[K - 1])) return;
+  int64_t i = n < K ? n++ : K - 1;
+  for (; i > 0 && ranks(v, value[i - 1]); --i) {
+    best[i] = best[i - 1];
+    value[i] = value[i - 1];
   }
+  best[i] = j;
+  value[i] = v;
+}
+
+// One row. With K groups of 8 columns or more and no NaN, the K-th largest of the groups'
+// maxima is a floor: K groups hold a score at least that large, so no score below it is among
+// the K largest, and only the few at or above it are offered (in column order, so ties end as
+// they would). Scratch: E / 8 + K numbers of T and K indices.
+template <typename T>
+void top_k_row(const T* s, int64_t E, int64_t K, int64_t* best, T* value, T* scratch, int64_t* ignored) {
+  constexpr int64_t G = 8;
+  const int64_t groups = E / G;
+  int nan = 0;
+  for (int64_t j = 0; j < E; ++j) nan |= s[j] != s[j];
+  int64_t n = 0;
+  if (nan || groups < K) {
+    for (int64_t j = 0; j < E; ++j) offer(s[j], j, K, n, best, value);
+    return;
+  }
+  T* most = scratch;
+  for (int64_t g = 0; g < groups; ++g) {
+    T m = s[g * G];
+    for (int64_t i = 1; i < G; ++i) m = s[g * G + i] > m ? s[g * G + i] : m;
+    most[g] = m;
+  }
+  T* kth = scratch + groups;
+  int64_t held = 0;
+  for (int64_t g = 0; g < groups; ++g) offer<T, true>(most[g], g, K, held, ignored, kth);
+  const T floor = kth[K - 1];
+  for (int64_t j = 0; j < E; ++j)
+    if (s[j] >= floor) offer<T, true>(s[j], j, K, n, best, value);
 }
 
 template <typename T>
@@ -39,8 +66,10 @@ void top_k_cpu(const at::Tensor& s_TE, int64_t K, at::Tensor& index_TK) {
   const T* s = s_TE.data_ptr<T>();
   int64_t* out = index_TK.data_ptr<int64_t>();
   at::parallel_for(0, s_TE.size(0), 256, [&](int64_t t0, int64_t t1) {
-    std::vector<T> value(K);
-    for (int64_t t = t0; t < t1; ++t) top_k_row(s + t * E, E, K, out + t * K, value.data());
+    std::vector<T> value(K), scratch(E / 8 + K);
+    std::vector<int64_t> ignored(K);
+    for (int64_t t = t0; t < t1; ++t)
+      top_k_row(s + t * E, E, K, out + t * K, value.data(), scratch.data(), ignored.data());
   });
 }
 

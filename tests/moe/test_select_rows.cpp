@@ -1,9 +1,12 @@
-// moe/select_rows.h: top_k_index against at::topk on rows without ties, and by hand where at::topk
-// leaves the order open (ties, NaN); unit_order against LibTorch's stable sort, and by hand.
+// moe/select_rows.h: top_k_index against at::topk on rows without ties, by hand where at::topk
+// leaves the order open (ties, NaN), and against a stable sort on long rows with ties and NaN;
+// unit_order against LibTorch's stable sort, and by hand.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "moe/select_rows.h"
 
@@ -45,6 +48,36 @@ TEST(SelectRows, TopKHandCases) {
   EXPECT_FALSE(t.is_contiguous());
   EXPECT_TRUE(top_k_index(t.to(torch::kFloat32), 1).equal(long_rows({{1}, {3}, {1}})));
   EXPECT_THROW(top_k_index(s, 5), c10::Error);
+}
+
+// the reference order: columns sorted by score, descending, NaN first, ties in column order
+at::Tensor stable_top_k(const at::Tensor& s, int64_t K) {
+  auto out = at::empty({s.size(0), K}, torch::kLong);
+  const auto d = s.to(torch::kFloat64).contiguous();
+  for (int64_t t = 0; t < s.size(0); ++t) {
+    const double* row = d.data_ptr<double>() + t * s.size(1);
+    std::vector<int64_t> cols(s.size(1));
+    std::iota(cols.begin(), cols.end(), 0);
+    std::stable_sort(cols.begin(), cols.end(),
+                     [&](int64_t a, int64_t b) { return std::isnan(row[a]) ? !std::isnan(row[b]) : row[a] > row[b]; });
+    for (int64_t k = 0; k < K; ++k) out[t][k] = cols[k];
+  }
+  return out;
+}
+
+TEST(SelectRows, TopKOfLongRowsWithTiesAndNaN) {
+  // long rows take the groups' floor unless they hold a NaN: few distinct scores make ties at
+  // the floor and at the K-th place, and some rows get NaNs
+  torch::manual_seed(5);
+  for (auto dtype : {torch::kFloat64, torch::kFloat32})
+    for (auto [E, K] : {std::pair<int64_t, int64_t>{16, 2}, {64, 8}, {128, 8}, {130, 8}, {256, 32}, {64, 9}}) {
+      auto s = torch::randint(5, {300, E}, torch::kFloat64);
+      s.masked_fill_(torch::rand({300, E}) < 0.002, std::nan(""));
+      s = s.to(dtype);
+      EXPECT_TRUE(top_k_index(s, K).equal(stable_top_k(s, K))) << "E " << E << " K " << K;
+      auto spread = (s * 0.37 + torch::randn({300, E}, torch::kFloat64).to(dtype)).to(dtype);  // few ties
+      EXPECT_TRUE(top_k_index(spread, K).equal(stable_top_k(spread, K))) << "E " << E << " K " << K;
+    }
 }
 
 TEST(SelectRows, UnitOrderIsTheStableSort) {

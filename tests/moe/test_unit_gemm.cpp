@@ -134,8 +134,11 @@ TEST(UnitGemm, CombinedTrainingPathMatchesReferenceWithGradients) {
             return got;
           };
           const auto ref = run(bank64, 0);
-          for (size_t i = 0; i < ref.size(); ++i)
-            if (ref[i].defined()) EXPECT_GT(ref[i].abs().max().item<double>(), 1e-3) << "entry " << i;
+          for (size_t i = 0; i < ref.size(); ++i) {
+            if (ref[i].defined()) {
+              EXPECT_GT(ref[i].abs().max().item<double>(), 1e-3) << "entry " << i;
+            }
+          }
           const std::vector<std::string> names{
               "output", "grad x", "grad weight_P", "grad gate_up", "grad down", "grad gate_up bias", "grad down bias"};
           force_unit_gemm(false);
