@@ -13,6 +13,7 @@
 #include "core/init.h"
 #include "core/util.h"
 #include "moe/select_rows.h"
+#include "moe/tiles_linear.h"
 
 namespace mf {
 
@@ -102,7 +103,7 @@ static bool is_top_k(RouterKind k) {
 RouterImpl::Scores RouterImpl::score(const at::Tensor& x_TD) const {
   const auto dtype = x_TD.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // router math in fp32
   Scores s;
-  s.logits_TE = torch::nn::functional::linear(x_TD.to(dtype), weight.to(dtype));
+  s.logits_TE = tiles_linear(x_TD.to(dtype).contiguous(), weight.to(dtype));
   s.probs_TE = s.logits_TE.softmax(-1);
   switch (opt_.kind) {
     case RouterKind::SigmoidTopK: s.select_TE = s.logits_TE.sigmoid(); break;
