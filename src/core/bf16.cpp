@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/simd.h"
+#include "core/tiles_linear.h"
 
 namespace mf {
 namespace {
@@ -421,7 +422,7 @@ void project_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
 bool held_narrow(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kChar; }
 
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!row_kernel_applies(x, w)) return at::linear(x, widened(w, x.scalar_type()), b);
+  if (!row_kernel_applies(x, w)) return tiles_linear(x, widened(w, x.scalar_type()), b);
   auto sizes = x.sizes().vec();
   sizes.back() = w.size(0);
   const auto x_MK = x.reshape({-1, x.size(-1)});

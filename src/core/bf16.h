@@ -17,9 +17,9 @@
 
 namespace mf {
 
-// y = x w^T (+ b), w [N, K], x [..., K]: LibTorch's linear, or for a bf16 or int8 (core/q8.h) w
-// with float32 x on the CPU outside autograd, the kernel below (any other x: w widened to x's
-// dtype first).
+// y = x w^T (+ b), w [N, K], x [..., K]: core/tiles_linear.h (our unit GEMMs where they are taken,
+// else LibTorch's linear), or for a bf16 or int8 (core/q8.h) w with float32 x on the CPU outside
+// autograd, the kernel below (any other x: w widened to x's dtype first).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 // out = x w^T for x [M, K] into out [M, N] (rows contiguous): the same choice, no allocation
 // for a float32 or float64 w.

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
+#include "core/unit_gemm.h"
 #include "moe/activation_rows.h"
 #include "moe/combine.h"
 #include "moe/combined_tiles.h"
 #include "moe/fused_units.h"
-#include "moe/unit_gemm.h"
 #include "moe/unit_slices.h"
 
 namespace mf {
@@ -18,7 +18,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // One call's plan: the units' slices, their pair ranges, the threads' units, R rows a chunk and
-// whether the products run on moe/unit_gemm.h (float32, contiguous weights) or LibTorch's.
+// whether the products run on core/unit_gemm.h (float32, contiguous weights) or LibTorch's.
 struct ChunkPlan {
   UnitSlices units;
   std::vector<int64_t> counts, start;

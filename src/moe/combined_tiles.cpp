@@ -2,8 +2,8 @@
 
 #include <vector>
 
+#include "core/unit_gemm.h"
 #include "moe/activation_rows.h"
-#include "moe/unit_gemm.h"
 
 namespace mf {
 namespace {

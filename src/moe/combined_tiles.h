@@ -1,4 +1,4 @@
-// One chunk of the combined path (moe/combined_ffn.h) with its products on moe/unit_gemm.h:
+// One chunk of the combined path (moe/combined_ffn.h) with its products on core/unit_gemm.h:
 // float32 on the CPU. The same equations as there, with no gathered or scattered copy
 // of a row: x[token] and dy[token] are read through their tokens' pointers, y and dx are added
 // into through theirs, W1's block rows and W2's block columns are read in place. Internal to moe/.

@@ -5,7 +5,7 @@
 
 #include "core/exp_poly.h"
 #include "core/simd.h"
-#include "moe/tiles.h"
+#include "core/tiles.h"
 
 namespace mf {
 namespace {
@@ -69,7 +69,7 @@ std::shared_ptr<const PackedUnits> UnitPack::get(const at::Tensor& gate_up, cons
   return packed_;
 }
 
-// The kernel is written once over moe/tiles.h's register tiles (W floats a vector, R rows x up to
+// The kernel is written once over core/tiles.h's register tiles (W floats a vector, R rows x up to
 // P vectors) and compiled for AVX-512, AVX2 + FMA and baseline x86-64 below.
 namespace {
 

@@ -11,9 +11,9 @@
 #include <tuple>
 
 #include "core/init.h"
+#include "core/tiles_linear.h"
 #include "core/util.h"
 #include "moe/select_rows.h"
-#include "moe/tiles_linear.h"
 
 namespace mf {
 

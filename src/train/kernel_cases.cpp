@@ -15,7 +15,7 @@
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 #include "moe/select_rows.h"
-#include "moe/unit_gemm.h"
+#include "core/unit_gemm.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -145,7 +145,7 @@ KernelCase grouped_case(CaseSize size, at::ScalarType dtype) {
 
 // The training path straight from x (fine-grained SwiGLU experts): chunks of gather -> unit ->
 // combine and their hand-written backward, against gather -> the units loop -> scaled index_add.
-// Its products run on moe/unit_gemm.h where that is preferred (AVX-512, float32); `tiles` pins
+// Its products run on core/unit_gemm.h where that is preferred (AVX-512, float32); `tiles` pins
 // them there at every level (float32 only).
 KernelCase combined_training_case(CaseSize size, at::ScalarType dtype, bool tiles) {
   const auto u = swiglu_units(size, dtype);

@@ -9,7 +9,7 @@
 #include "core/timing.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
-#include "moe/unit_gemm.h"
+#include "core/unit_gemm.h"
 
 namespace mf {
 

@@ -1,4 +1,4 @@
-// moe/unit_gemm.h (the register-tile products) against LibTorch's matmul in float64, and the
+// core/unit_gemm.h (the register-tile products) against LibTorch's matmul in float64, and the
 // combined training path on them (moe/combined_tiles.h) against the per-unit float64 reference,
 // outputs and gradients. ctest runs these at every SIMD level (tests/CMakeLists.txt); the level
 // this run took is printed.
@@ -13,7 +13,7 @@
 #include "moe/combined_ffn.h"
 #include "moe/dispatch.h"
 #include "moe/fast_vs_reference.h"
-#include "moe/unit_gemm.h"
+#include "core/unit_gemm.h"
 
 using namespace mf;
 

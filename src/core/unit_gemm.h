@@ -1,4 +1,4 @@
-// The training path's unit GEMMs (moe/combined_ffn.cpp) on our own register tiles (moe/tiles.h):
+// The training path's unit GEMMs (moe/combined_ffn.cpp) on our own register tiles (core/tiles.h):
 //   out[r][c] = (accumulate ? out[r][c] : 0) + scale[r] * (sum_k a(r, k) b(k, c) + bias[c])
 // for r < rows, c < cols, k < depth, every operand reached through row pointers. A gather of x's
 // or dy's rows then happens in the loads and a weighted combine into y's or dx's rows in the

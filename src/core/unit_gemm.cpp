@@ -1,10 +1,10 @@
-#include "moe/unit_gemm.h"
+#include "core/unit_gemm.h"
 
 #include <algorithm>
 #include <atomic>
 
 #include "core/simd.h"
-#include "moe/tiles.h"
+#include "core/tiles.h"
 
 namespace mf {
 namespace {
