@@ -7,7 +7,9 @@
 #include <memory>
 
 #include "core/bf16.h"
+#include "core/tiles_linear.h"
 #include "core/timing.h"
+#include "core/unit_gemm.h"
 #include "model/small_attention.h"
 #include "moe/banks.h"
 #include "moe/combine.h"
@@ -15,7 +17,6 @@
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 #include "moe/select_rows.h"
-#include "core/unit_gemm.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -310,6 +311,29 @@ KernelCase held_case(CaseSize size, at::ScalarType dtype, at::ScalarType held, i
   return c;
 }
 
+// y = x W^T + b on our unit GEMMs (core/tiles_linear.h: the model's float32 projections and the
+// router's scores; pinned at every level), forward and backward, against LibTorch's linear.
+KernelCase linear_case(CaseSize size, at::ScalarType dtype) {
+  const bool perf = size == CaseSize::Perf;
+  const int64_t M = perf ? 4096 : 70, K = perf ? 512 : 37, N = perf ? 1536 : 21;
+  auto x = input({M, K}, dtype, true), w = input({N, K}, dtype, true), b = input({N}, dtype, true);
+  auto up = input({M, N}, dtype);
+  KernelCase c{"linear, float32 (unit GEMMs), fwd+bwd", fmt::format("M={} K={} N={} bias", M, K, N), 6.0 * M * K * N,
+               1e-5};
+  if (dtype != at::kFloat) {
+    c.runs = false;
+    c.why = "float32 only";
+  }
+  c.ours = [=] {
+    force_unit_gemm(true);
+    auto out = forward_backward([=] { return tiles_linear(x, w, b); }, {x, w, b}, up);
+    force_unit_gemm(std::nullopt);
+    return out;
+  };
+  c.reference = [=] { return forward_backward([=] { return at::linear(x, w, b); }, {x, w, b}, up); };
+  return c;
+}
+
 std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   torch::manual_seed(0);
   return {combine_case(size, dtype),
@@ -326,6 +350,7 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
           attention_case(size, dtype, false),
           attention_case(size, dtype, true),
           adamw_case(size, dtype),
+          linear_case(size, dtype),
           held_case(size, dtype, at::kBFloat16, 1),
           held_case(size, dtype, at::kBFloat16, 2),
           held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),

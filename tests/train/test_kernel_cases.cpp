@@ -57,6 +57,8 @@ TEST(KernelCases, FlopCountsByHand) {
   EXPECT_DOUBLE_EQ(flops.at("grouped units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
   EXPECT_DOUBLE_EQ(flops.at("combined units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
   EXPECT_DOUBLE_EQ(flops.at("combined units (training), unit GEMMs pinned"), 18.0 * 58 * 16 * 12);
+  // y = x W^T + b, dx, dW: three M x K x N products of 2 flops a multiply-add
+  EXPECT_DOUBLE_EQ(flops.at("linear, float32 (unit GEMMs), fwd+bwd"), 6.0 * 70 * 37 * 21);
   // GELU: 2 matrices of D x F per whole expert, P = 53 x 2; blocks: a B-th of them, P = 53 x 13
   EXPECT_DOUBLE_EQ(flops.at("combined units, inference (whole experts)"), 4.0 * 106 * 20 * 24);
   EXPECT_DOUBLE_EQ(flops.at("combined units, inference (blocks)"), 4.0 * 689 * 20 * 24 / 8);
