@@ -25,7 +25,8 @@ void add_moe_bench(CLI::App* bench) {
       "forward+backward tokens/s and GFLOP/s (active expert FLOPs) of (a) our MoE layer (its training path, the "
       "combined units; also with the other products: LibTorch's where our unit GEMMs are the default, our unit GEMMs "
       "pinned where they are not; and the grouped path), "
-      "(b) a dense SwiGLU with the same active FLOPs (LibTorch's products), (c) the Hugging Face style per-expert "
+      "(b) a dense SwiGLU with the same active FLOPs (its products on our unit GEMMs where the model's projections "
+      "take them, also on LibTorch's), (c) the Hugging Face style per-expert "
       "Python loop (python3-torch)");
   const auto moe_t = std::make_shared<Timing>();
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;

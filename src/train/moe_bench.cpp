@@ -7,9 +7,9 @@
 
 #include "core/peer.h"
 #include "core/timing.h"
+#include "core/unit_gemm.h"
 #include "moe/dispatch.h"
 #include "moe/routers.h"
-#include "core/unit_gemm.h"
 
 namespace mf {
 
@@ -55,7 +55,13 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     const double t_combined = t_moe(UnitsPath::Combined, std::nullopt);
     const double t_other = t_moe(UnitsPath::Combined, !tiles);  // the products the default did not take
     const double t_grouped = t_moe(UnitsPath::Grouped, std::nullopt);
-    const double t_dense = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
+    const auto t_dense_on = [&](std::optional<bool> tiles) {
+      force_unit_gemm(tiles);
+      const double sec = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
+      force_unit_gemm(std::nullopt);
+      return sec;
+    };
+    const double t_dense = t_dense_on(std::nullopt), t_dense_blas = tiles ? t_dense_on(false) : 0;
     const auto row = [&](const std::string& impl, double sec) {
       table.add({{"shape", s.name},
                  {"impl", impl},
@@ -68,6 +74,7 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     row(tiles ? "  LibTorch's products" : "  our unit GEMMs (pinned)", t_other);
     row("  grouped units path", t_grouped);
     row("dense SwiGLU (k*F)", t_dense);
+    if (tiles) row("  dense, LibTorch's", t_dense_blas);
     if (peer.empty()) continue;
     const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}", s.T,
                                   s.d, s.E, s.k, s.F, iters, threads);
