@@ -38,8 +38,8 @@ void rows_product(int64_t T, int64_t cols, int64_t depth, const float* a, const 
   });
 }
 
-// dW = dy^T x: threads take rows of dW, each summing over the tokens kPiece at a time
-void weight_grad(const at::Tensor& dy_TE, const at::Tensor& x_TD, float* dw_ED) {
+// dW (+)= dy^T x: threads take rows of dW, each summing over the tokens kPiece at a time
+void weight_grad(const at::Tensor& dy_TE, const at::Tensor& x_TD, float* dw_ED, bool accumulate = false) {
   const int64_t T = x_TD.size(0), D = x_TD.size(1), E = dy_TE.size(1);
   const float* dy = dy_TE.data_ptr<float>();
   const float* x = x_TD.data_ptr<float>();
@@ -50,7 +50,7 @@ void weight_grad(const at::Tensor& dy_TE, const at::Tensor& x_TD, float* dw_ED) 
       const int64_t n = std::min(kPiece, T - t0);
       const auto a = rows_of(dy + t0 * E, n, E, e0);  // A^T's rows: dy's, from column e0
       const auto b = rows_of(x + t0 * D, n, D);
-      unit_gemm({e1 - e0, D, n, a.data(), true, b.data(), false, out.data(), nullptr, t0 > 0}, ws.data());
+      unit_gemm({e1 - e0, D, n, a.data(), true, b.data(), false, out.data(), nullptr, accumulate || t0 > 0}, ws.data());
     }
   });
 }
@@ -91,6 +91,19 @@ bool applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 }
 
 }  // namespace
+
+void linear_grads_into(const at::Tensor& dy_TE, const at::Tensor& x_TD, const at::Tensor& w_ED, at::Tensor dx_TD,
+                       at::Tensor dw_ED, bool accumulate) {
+  const auto rows = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
+  if (!applies(x_TD, w_ED, {}) || !rows(dy_TE) || !rows(dx_TD) || !rows(dw_ED)) {
+    dx_TD.copy_(dy_TE.matmul(w_ED));
+    accumulate ? dw_ED.addmm_(dy_TE.t(), x_TD) : dw_ED.copy_(dy_TE.t().mm(x_TD));
+    return;
+  }
+  rows_product(x_TD.size(0), x_TD.size(1), w_ED.size(0), dy_TE.data_ptr<float>(), w_ED.data_ptr<float>(), false,
+               dx_TD.data_ptr<float>());
+  weight_grad(dy_TE, x_TD, dw_ED.data_ptr<float>(), accumulate);
+}
 
 at::Tensor tiles_linear(const at::Tensor& x, const at::Tensor& w_ED, const at::Tensor& b_E) {
   TORCH_CHECK(x.dim() >= 1 && w_ED.dim() == 2 && x.size(-1) == w_ED.size(1),

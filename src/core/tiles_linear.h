@@ -13,4 +13,10 @@ namespace mf {
 
 at::Tensor tiles_linear(const at::Tensor& x, const at::Tensor& w_ED, const at::Tensor& b_E = {});
 
+// Its backward's two products into the caller's tensors, x_TD [T, D] as rows: dx_TD = dy_TE W_ED
+// and dW_ED = dy_TE^T x_TD (added to dW_ED when accumulate), for a hand-written backward such as
+// the fused LM loss; LibTorch's products where tiles_linear would not take x.
+void linear_grads_into(const at::Tensor& dy_TE, const at::Tensor& x_TD, const at::Tensor& w_ED, at::Tensor dx_TD,
+                       at::Tensor dw_ED, bool accumulate);
+
 }  // namespace mf

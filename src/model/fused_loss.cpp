@@ -1,6 +1,7 @@
 #include "model/fused_loss.h"
 
 #include "core/bf16.h"
+#include "core/tiles_linear.h"
 #include "model/cross_entropy_rows.h"
 
 namespace mf {
@@ -25,8 +26,7 @@ struct FusedLinearCrossEntropy : torch::autograd::Function<FusedLinearCrossEntro
       auto dz_tV = project(h_tD, w_VD);  // the logits, then in place their gradient
       loss += cross_entropy_rows_(dz_tV, target_t, 1.0 / static_cast<double>(T)).sum();
       if (!grad) continue;
-      dh_TD.narrow(0, n0, n).copy_(dz_tV.matmul(w_VD));
-      dw_VD.addmm_(dz_tV.t(), h_tD);
+      linear_grads_into(dz_tV, h_tD, w_VD, dh_TD.narrow(0, n0, n), dw_VD, n0 > 0);
     }
     ctx->save_for_backward({dh_TD, dw_VD});
     return loss / static_cast<double>(T);

@@ -73,3 +73,20 @@ TEST(TilesLinear, FallsBackToLinear) {
   EXPECT_TRUE(tiles_linear(few, w).equal(at::linear(few, w)));
   EXPECT_THROW(tiles_linear(x, torch::randn({4, 5})), c10::Error);
 }
+
+// The backward's products into given tensors: dx = dy W written, dW written or added to, against
+// float64, pinned (rows 600: two of dW's pieces) and unpinned (LibTorch's products).
+TEST(TilesLinear, GradsIntoMatchFloat64) {
+  torch::manual_seed(33);
+  for (bool pinned : {true, false})
+    for (bool accumulate : {false, true}) {
+      Pin pin(pinned);
+      auto dy = torch::randn({600, 21}), x = torch::randn({600, 37}), w = torch::randn({21, 37});
+      auto dx = torch::full({600, 37}, 7.0), dw0 = torch::randn({21, 37}), dw = dw0.clone();
+      linear_grads_into(dy, x, w, dx, dw, accumulate);
+      auto f64 = [](const at::Tensor& t) { return t.to(torch::kFloat64); };
+      auto dw_ref = f64(dy).t().mm(f64(x)) + (accumulate ? f64(dw0) : torch::zeros_like(f64(dw0)));
+      EXPECT_TRUE(torch::allclose(f64(dx), f64(dy).mm(f64(w)), 1e-5, 1e-5)) << pinned << accumulate;
+      EXPECT_TRUE(torch::allclose(f64(dw), dw_ref, 1e-5, 1e-4)) << pinned << accumulate;
+    }
+}

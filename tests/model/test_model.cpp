@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/unit_gemm.h"
 #include "methods/latent/latent.h"
 #include "methods/unif/unif.h"
 #include "methods/unipool/unipool.h"
@@ -639,6 +640,26 @@ TEST(FusedLoss, EqualsLogitsThenCrossEntropyInValueAndGradients) {
   }
   torch::NoGradGuard no_grad;
   EXPECT_NEAR(fused_lm_loss(h0, w0, t, 4).item<double>(), ref.item<double>(), 1e-12);
+}
+
+// In float32 with the head's products on our unit GEMMs (pinned; chunks of 40 rows and a last
+// of 20, which falls back to LibTorch's): the float64 loss and gradients to float32 rounding.
+TEST(FusedLoss, Float32OnUnitGemmsMatchesFloat64) {
+  torch::manual_seed(4);
+  force_unit_gemm(true);
+  const int64_t N = 100, D = 24, V = 50;
+  const auto h0 = torch::randn({N, D}), w0 = torch::randn({V, D});
+  const auto t = torch::randint(0, V, {N}, torch::kLong);
+  auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  auto h64 = h0.to(torch::kFloat64).requires_grad_(), w64 = w0.to(torch::kFloat64).requires_grad_();
+  auto loss = fused_lm_loss(h, w, t, 40);
+  loss.backward();
+  auto loss64 = fused_lm_loss(h64, w64, t, 40);
+  loss64.backward();
+  force_unit_gemm(std::nullopt);
+  EXPECT_NEAR(loss.item<double>(), loss64.item<double>(), 1e-5);
+  EXPECT_TRUE(torch::allclose(h.grad().to(torch::kFloat64), h64.grad(), 1e-4, 1e-6));
+  EXPECT_TRUE(torch::allclose(w.grad().to(torch::kFloat64), w64.grad(), 1e-4, 1e-6));
 }
 
 // Training through the fused loss is training through the logits: one model, both losses.
