@@ -1,7 +1,7 @@
-// Register tiles shared by our unit GEMMs (moe/fused_units.cpp, moe/unit_gemm.cpp): GCC vectors of
+// Register tiles shared by our unit GEMMs (moe/fused_units.cpp, core/unit_gemm.cpp): GCC vectors of
 // W floats, R rows x NV vectors of accumulators, written once and compiled per instruction set by
 // their callers (AVX-512: W 16, R 8, up to 3 vectors: 24 accumulators + 3 weight vectors + a
-// broadcast in 32 zmm; AVX2 + FMA and baseline: W 8 or 4, R 6, up to 2). Internal to moe/.
+// broadcast in 32 zmm; AVX2 + FMA and baseline: W 8 or 4, R 6, up to 2). Internal to the kernels.
 #pragma once
 #include <cstdint>
 
@@ -57,6 +57,22 @@ MF_ALWAYS_INLINE void tile_by_depth(const float* const* a, const int64_t (&off)[
     const float* ak = a[k];
     for (int r = 0; r < R; ++r) {
       const float s = ak[off[r]];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
+    }
+  }
+}
+
+// The same with A's strip packed depth-major: acc[r][v] = sum_k a[k R + r] w[k ldw + v W .. + W)
+template <int W, int R, int NV>
+MF_ALWAYS_INLINE void tile_strip(const float* a, int64_t K, const float* w, int64_t ldw,
+                                 typename Lanes<W>::Vec (&acc)[R][NV]) {
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
+  for (int64_t k = 0; k < K; ++k) {
+    typename Lanes<W>::Vec wk[NV];
+    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
+    for (int r = 0; r < R; ++r) {
+      const float s = a[k * R + r];
       for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
     }
   }

@@ -4,11 +4,15 @@
 // or dy's rows then happens in the loads and a weighted combine into y's or dx's rows in the
 // stores, and either operand can be read transposed, so none of a unit's six products copies
 // its rows first. B is packed panel by panel (up to 48 columns x depth, zero past cols) and
-// stays in L1/L2 while every R-row tile of A runs over it; A is read in place.
+// stays in L1/L2 while every R-row tile of A runs over it; A is read in place, except that AVX2
+// and baseline pack A read by depth (a weight gradient: A^T's rows) in strips of R rows, 256
+// depths x 192 rows at a time (one thread on an AVX2-only AMD EPYC: 0.6-0.7x -> 0.85-0.93x
+// OpenBLAS's sgemm; AVX-512 reads it in place at 1.7-1.8x OpenBLAS's Haswell kernels).
 //
 // On an AVX-512 machine these ran 1.6-2x OpenBLAS's Haswell kernels plus our combine
 // (docs/benchmarks.md); the AVX2 and baseline variants exist for the tests and for pinning
-// (force_unit_gemm), and are not taken unasked.
+// (force_unit_gemm), and are not taken unasked (AVX2-only AMD EPYC, 2026-12-06: the MoE layer on
+// them 0.87 / 0.75-0.79 / 0.66-0.67x dense against 0.93-0.95 / 0.82-0.83 / 0.70-0.74x on OpenBLAS).
 #pragma once
 #include <ATen/ATen.h>
 

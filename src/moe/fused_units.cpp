@@ -206,7 +206,7 @@ void fused_unit_base MF_FUSED_UNIT_PARAMS { fused_unit_body<4, 6, 2> MF_FUSED_UN
 bool fused_units_available(const at::Tensor& x_TD) { return x_TD.is_cpu() && x_TD.scalar_type() == at::kFloat; }
 
 bool fused_units_preferred(const at::Tensor& x_TD) {
-  return fused_units_available(x_TD) && simd_level() == SimdLevel::Avx512;
+  return fused_units_available(x_TD) && simd_level() != SimdLevel::Base;
 }
 
 void fused_unit MF_FUSED_UNIT_PARAMS {

@@ -51,10 +51,11 @@ class UnitPack {
 // Whether the fused kernel can run for x: float32 on the CPU (variants for AVX-512, AVX2 + FMA and
 // baseline x86-64, chosen by core/simd.h's level).
 bool fused_units_available(const at::Tensor& x_TD);
-// Whether dispatch takes it unasked: on AVX-512 only. The AVX2 and baseline variants ran below
-// the gather -> GEMM -> combine path with OpenBLAS (bench kernels, 2026-12-05, capped on an AVX-512
-// EPYC: 0.93x / 0.84x (whole experts / blocks) for AVX2, 0.31x for baseline); pinning the fused
-// path (force_units_path) runs them.
+// Whether dispatch takes it unasked: on AVX-512 and AVX2 + FMA. On an AVX2-only AMD EPYC (Zen 3,
+// 2026-12-06) the AVX2 variant ran UniF-MoE's blocks 1.27x and whole experts 1.09x faster than
+// gather -> GEMM -> combine with OpenBLAS (bench kernels), and `bench unif`'s UniF-MoE inference
+// 17-23 % faster; capped to AVX2 on an AVX-512 core (2026-12-05) it had run 0.93x / 0.84x. The
+// baseline variant (0.31x there) runs only when pinned (force_units_path).
 bool fused_units_preferred(const at::Tensor& x_TD);
 
 // Unit u's n pairs (token[0..n), weight[0..n)) added into y [T, D] (float32, contiguous), x [T, D];
