@@ -62,20 +62,4 @@ MF_ALWAYS_INLINE void tile_by_depth(const float* const* a, const int64_t (&off)[
   }
 }
 
-// The same with A's strip packed depth-major: acc[r][v] = sum_k a[k R + r] w[k ldw + v W .. + W)
-template <int W, int R, int NV>
-MF_ALWAYS_INLINE void tile_strip(const float* a, int64_t K, const float* w, int64_t ldw,
-                                 typename Lanes<W>::Vec (&acc)[R][NV]) {
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
-  for (int64_t k = 0; k < K; ++k) {
-    typename Lanes<W>::Vec wk[NV];
-    for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
-    for (int r = 0; r < R; ++r) {
-      const float s = a[k * R + r];
-      for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
-    }
-  }
-}
-
 }  // namespace mf::tiles

@@ -17,11 +17,11 @@ constexpr int64_t kDepthBlock = 256, kRowBlock = 192, kStripFloats = kDepthBlock
 std::atomic<int> forced_unit_gemm{-1};
 
 // The part of the product one pass over B's panels computes: depths [k0, k0 + depth) for C's rows
-// [r0, r0 + rows). A is read in place through g.a, or from `strips`: its rows r0.. packed R at a
-// time, depth-major (strip i at strips + i R depth).
+// [r0, r0 + rows). A is read in place through g.a, or from its strips (pack_strips): a(r0 + i R + j,
+// k0 + k) at strips[k][i R depth + j], strips[k] = packed + k R.
 struct Block {
   int64_t k0, depth, r0, rows;
-  const float* strips = nullptr;
+  const float* const* strips = nullptr;
 };
 
 // buf[k][j] = b(k0 + k, col + j) for j < width (a whole number of W vectors; 0 past cols): B's
@@ -125,7 +125,9 @@ template <int W, int R, int NV>
 MF_ALWAYS_INLINE void strip_rows(const UnitGemm& g, const Block& blk, int64_t r0, int64_t col, const float* buf) {
   prefetch_out<W, R, NV>(g, r0, col);
   typename tiles::Lanes<W>::Vec acc[R][NV];
-  tiles::tile_strip<W, R, NV>(blk.strips + (r0 - blk.r0) * blk.depth, blk.depth, buf, NV * W, acc);
+  int64_t off[R];
+  for (int r = 0; r < R; ++r) off[r] = (r0 - blk.r0) * blk.depth + r;
+  tiles::tile_by_depth<W, R, NV>(blk.strips, off, blk.depth, buf, NV * W, acc);
   store_tile<W, R, NV>(g, r0, col, acc, g.accumulate || blk.k0 > 0, blk.k0 == 0 ? g.bias : nullptr);
 }
 
@@ -167,9 +169,11 @@ MF_ALWAYS_INLINE void unit_gemm_body(const UnitGemm& g, float* workspace) {
 template <int W, int R, int P>
 MF_ALWAYS_INLINE void packed_by_depth_body(const UnitGemm& g, float* workspace) {
   static_assert(kRowBlock % R == 0);
+  const float* strips[kDepthBlock];
+  for (int64_t k = 0; k < kDepthBlock; ++k) strips[k] = workspace + k * R;
   for (int64_t k0 = 0; k0 == 0 || k0 < g.depth; k0 += kDepthBlock)  // depth 0: one block stores 0 or bias
     for (int64_t r0 = 0; r0 < g.rows; r0 += kRowBlock) {
-      const Block blk{k0, std::min(kDepthBlock, g.depth - k0), r0, std::min(kRowBlock, g.rows - r0), workspace};
+      const Block blk{k0, std::min(kDepthBlock, g.depth - k0), r0, std::min(kRowBlock, g.rows - r0), strips};
       pack_strips<R>(g, blk, workspace);
       block_product<W, R, P, true>(g, blk, workspace + kStripFloats);
     }
