@@ -23,7 +23,7 @@ struct DispatchResult {
 //   combined  gather, units and combine chunk by chunk (moe/combined_ffn.h), training and
 //             inference: banks that offer it (ExpertBank, ExpertBlocks)
 //   fused     no grad, float32, a bank with packed weights: gather and combine inside the unit
-//             GEMMs (moe/fused_units.h); unasked on AVX-512 CPUs only (fused_units_preferred)
+//             GEMMs (moe/fused_units.h); unasked on AVX-512 and AVX2 CPUs (fused_units_preferred)
 enum class UnitsPath { Grouped, Combined, Fused };
 const char* to_string(UnitsPath path);
 UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank);
