@@ -160,7 +160,7 @@ MF_ALWAYS_INLINE void block_product(const UnitGemm& g, const Block& blk, float* 
 // A read in place: one block
 template <int W, int R, int P>
 MF_ALWAYS_INLINE void unit_gemm_body(const UnitGemm& g, float* workspace) {
-  block_product<W, R, P, false>(g, {0, g.depth, 0, g.rows}, workspace + kStripFloats);
+  block_product<W, R, P, false>(g, {0, g.depth, 0, g.rows}, workspace);
 }
 
 // A read by depth (a weight gradient), packed: blocks of kDepthBlock depths x kRowBlock rows, each
@@ -170,12 +170,13 @@ template <int W, int R, int P>
 MF_ALWAYS_INLINE void packed_by_depth_body(const UnitGemm& g, float* workspace) {
   static_assert(kRowBlock % R == 0);
   const float* strips[kDepthBlock];
-  for (int64_t k = 0; k < kDepthBlock; ++k) strips[k] = workspace + k * R;
+  float* packed = workspace + kDepthBlock * kPanelFloats;  // after a block's panel of B
+  for (int64_t k = 0; k < kDepthBlock; ++k) strips[k] = packed + k * R;
   for (int64_t k0 = 0; k0 == 0 || k0 < g.depth; k0 += kDepthBlock)  // depth 0: one block stores 0 or bias
     for (int64_t r0 = 0; r0 < g.rows; r0 += kRowBlock) {
       const Block blk{k0, std::min(kDepthBlock, g.depth - k0), r0, std::min(kRowBlock, g.rows - r0), strips};
-      pack_strips<R>(g, blk, workspace);
-      block_product<W, R, P, true>(g, blk, workspace + kStripFloats);
+      pack_strips<R>(g, blk, packed);
+      block_product<W, R, P, true>(g, blk, workspace);
     }
 }
 
@@ -195,7 +196,11 @@ void packed_by_depth_base MF_UNIT_GEMM_PARAMS { packed_by_depth_body<4, 6, 2>(g,
 
 }  // namespace
 
-int64_t unit_gemm_workspace(int64_t depth) { return kStripFloats + std::max<int64_t>(depth, 1) * kPanelFloats; }
+int64_t unit_gemm_workspace(int64_t depth) {
+  const int64_t panel = std::max<int64_t>(depth, 1) * kPanelFloats;
+  // the packed path's panel (at most kDepthBlock deep) and strips; AVX-512 reads A in place
+  return simd_level() == SimdLevel::Avx512 ? panel : std::max(panel, kDepthBlock * kPanelFloats + kStripFloats);
+}
 
 void unit_gemm(const UnitGemm& g, float* workspace) {
   if (g.rows <= 0 || g.cols <= 0) return;

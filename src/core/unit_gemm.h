@@ -33,7 +33,8 @@ struct UnitGemm {
   const float* bias = nullptr;  // one per column, or none (0)
 };
 
-// floats of workspace unit_gemm needs for this depth (one packed panel of B)
+// floats of workspace unit_gemm needs for this depth: one packed panel of B, and on AVX2 and
+// baseline at least room for a depth block's panel and A's packed strips (about 240 KB)
 int64_t unit_gemm_workspace(int64_t depth);
 void unit_gemm(const UnitGemm& g, float* workspace);
 
