@@ -11,8 +11,9 @@
 //
 // On an AVX-512 machine these ran 1.6-2x OpenBLAS's Haswell kernels plus our combine
 // (docs/benchmarks.md); the AVX2 and baseline variants exist for the tests and for pinning
-// (force_unit_gemm), and are not taken unasked (AVX2-only AMD EPYC, 2026-12-06: the MoE layer on
-// them 0.87 / 0.75-0.79 / 0.66-0.67x dense against 0.93-0.95 / 0.82-0.83 / 0.70-0.74x on OpenBLAS).
+// (force_unit_gemm), and are not taken unasked (AVX2-only AMD EPYC, 2026-12-06, medians of 5: the
+// MoE layer on them 0.88 / 0.80 / 0.68x dense, coarse / fine / finer, against 0.96 / 0.83 / 0.72x
+// on OpenBLAS).
 #pragma once
 #include <ATen/ATen.h>
 
