@@ -99,7 +99,7 @@ MF_ALWAYS_INLINE const float* chunked_x(const float* x, int64_t ldx, int64_t M, 
 }
 
 // acc[m][n] += the whole chunks of x (chunked_x) times w's rows at + n ldw; returns where they end
-template <int W, int RM, int RN>
+template <int W, int RM, int RN, bool Ahead>
 MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], const float* x, int64_t ldx, int64_t K,
                                    const Q8Rows& w, int64_t at, int64_t ldw) {
   using L = Bf16Lanes<W>;
@@ -110,6 +110,7 @@ MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], co
     typename L::Words raw[RN];
     Vec scale[RN];
     for (int n = 0; n < RN; ++n) {
+      if constexpr (Ahead) __builtin_prefetch(w.q + at + (RN + n) * ldw + k);
       raw[n] = *reinterpret_cast<const typename L::Words*>(w.q + at + n * ldw + k);
       scale[n] = chunk_scales<W>(w, at + n * ldw + k);
     }
@@ -124,6 +125,9 @@ MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], co
   }
   return k;
 }
+MF_ALWAYS_INLINE void prefetch_weights(const float* w, int64_t i) { __builtin_prefetch(w + i); }
+MF_ALWAYS_INLINE void prefetch_weights(const uint16_t* w, int64_t i) { __builtin_prefetch(w + i); }
+MF_ALWAYS_INLINE void prefetch_weights(const Q8Rows& w, int64_t i) { __builtin_prefetch(w.q + i); }
 MF_ALWAYS_INLINE float weight_value(const float* w, int64_t i) { return w[i]; }
 MF_ALWAYS_INLINE float weight_value(const uint16_t* w, int64_t i) { return bf16_value(w[i]); }
 MF_ALWAYS_INLINE float weight_value(const Q8Rows& w, int64_t i) {
@@ -165,8 +169,9 @@ MF_ALWAYS_INLINE Vec lane_sums(const Vec (&v)[R]) {
   }
 }
 
-// y[m * ldy + n] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN
-template <int W, int RM, int RN, class P>
+// y[m * ldy + n] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN; Ahead: the next
+// tile's weight rows prefetched along the way
+template <int W, int RM, int RN, bool Ahead, class P>
 MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P& w, int64_t at, int64_t ldw, float* y,
                                 int64_t ldy) {
   using Vec = typename Bf16Lanes<W>::Vec;
@@ -174,9 +179,11 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
   for (int m = 0; m < RM; ++m)
     for (int n = 0; n < RN; ++n) acc[m][n] = Vec{};
   int64_t k = 0;
-  if constexpr (std::is_same_v<P, Q8Rows>) k = q8_chunks<W, RM, RN>(acc, x, ldx, K, w, at, ldw);
+  if constexpr (std::is_same_v<P, Q8Rows>) k = q8_chunks<W, RM, RN, Ahead>(acc, x, ldx, K, w, at, ldw);
   for (; k + W <= K; k += W) {
     Vec wk[RN];
+    if constexpr (Ahead)
+      for (int n = 0; n < RN; ++n) prefetch_weights(w, at + (RN + n) * ldw + k);
     for (int n = 0; n < RN; ++n) wk[n] = weight_lanes<W>(w, at + n * ldw + k);
     for (int m = 0; m < RM; ++m) {
       const Vec xk = *reinterpret_cast<const Vec*>(x + m * ldx + k);
@@ -200,9 +207,13 @@ MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int6
                                     int64_t n0, int64_t n1, float* y, int64_t ldy) {
   int64_t n = n0;
   for (; n + RN <= n1; n += RN) {
-    int64_t m = 0;
-    for (; m + RM <= M; m += RM) rows_tile<W, RM, RN>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
-    for (; m < M; ++m) rows_tile<W, 1, RN>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
+    int64_t m = 0;  // the first tile prefetches the next weight rows, unless x is one row (it waits on memory anyway)
+    if constexpr (RM > 1)
+      if (M >= RM) rows_tile<W, RM, RN, true>(x, ldx, K, w, n * ldw, ldw, y + n, ldy), m = RM;
+    for (; m + RM <= M; m += RM)
+      rows_tile<W, RM, RN, false>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
+    if (m == 0 && M > 1) rows_tile<W, 1, RN, true>(x, ldx, K, w, n * ldw, ldw, y + n, ldy), m = 1;
+    for (; m < M; ++m) rows_tile<W, 1, RN, false>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
   }
   return n;
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "data/tokenizer.h"
@@ -19,9 +20,23 @@ at::Tensor top_p_filter(const at::Tensor& probs, double top_p) {
   return filtered / filtered.sum(-1, true);
 }
 
+// at::argmax's rule: the first of the largest, a NaN counting as larger than any number. Two
+// LibTorch calls per decoded row were a third of the calls of a batch-8 step (bench generate).
+int64_t first_max(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(v[i])) return i;
+    if (v[i] > v[best]) best = i;
+  }
+  return best;
+}
+
 // Below kGreedyBelow the temperature's limit T -> 0, greedy, is taken: logits / T would overflow
 // (5e-324 makes every logit infinite).
 int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen) {
+  if (opt.temperature < kGreedyBelow && logits_V.scalar_type() == at::kFloat && logits_V.is_contiguous() &&
+      logits_V.is_cpu() && logits_V.dim() == 1)
+    return first_max(logits_V.data_ptr<float>(), logits_V.numel());
   if (opt.temperature < kGreedyBelow) return logits_V.argmax().item<int64_t>();
   auto probs = top_p_filter(torch::softmax(logits_V / opt.temperature, -1), opt.top_p);
   return torch::multinomial(probs, 1, false, gen).item<int64_t>();

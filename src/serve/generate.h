@@ -52,6 +52,9 @@ int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::G
 // tokens, an empty one replaced by the stop token (or 0); throws when their lengths differ.
 at::Tensor prompt_batch(const std::vector<DecodeRow>& rows, int64_t max_len);
 
+// The index of the first largest of v's n numbers, a NaN counting as the largest (at::argmax's rule).
+int64_t first_max(const float* v, int64_t n);
+
 // Keeps the smallest set of most probable tokens whose mass reaches top_p; renormalizes.
 at::Tensor top_p_filter(const at::Tensor& probs, double top_p);
 

@@ -1,6 +1,8 @@
 // Model layers against their formulas and dense references, in float64.
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include <limits>
 
 #include "core/unit_gemm.h"
 #include "methods/latent/latent.h"
@@ -290,6 +292,19 @@ TEST(Generate, TopPKeepsSmallestPrefix) {
   EXPECT_TRUE(torch::allclose(f, torch::tensor({0.0, 0.625, 0.375, 0.0}, torch::kFloat64)));
   EXPECT_TRUE(torch::allclose(top_p_filter(p, 0.4), torch::tensor({0.0, 1.0, 0.0, 0.0}, torch::kFloat64)));
   EXPECT_TRUE(torch::equal(top_p_filter(p, 1.0), p));
+}
+
+TEST(Generate, FirstMaxFollowsArgmaxOnTiesAndNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> cases = {{1, 3, 2, 3},      {-inf, -inf},     {5}, {0, nan, 7, nan}, {nan, 1},
+                                                 {2, inf, inf, -1}, {-0.0f, 0.0f, -1}};
+  for (const auto& c : cases) {
+    const auto t = torch::tensor(c, torch::kFloat);
+    EXPECT_EQ(first_max(c.data(), static_cast<int64_t>(c.size())), t.argmax().item<int64_t>()) << t;
+  }
+  auto logits = torch::randn({1000}, torch::kFloat);
+  logits[417] = logits.max() + 1, logits[900] = logits[417];
+  EXPECT_EQ(first_max(logits.data_ptr<float>(), 1000), 417);
 }
 
 TEST(Generate, SeededAndGreedyAreDeterministic) {
