@@ -465,7 +465,9 @@ void weight_row(const at::Tensor& w, int64_t r, float* out) {
     std::copy_n(w.data_ptr<float>() + r * w.stride(0), w.size(1), out);
     return;
   }
-  widen_rows(w.narrow(0, r, 1), 0, 1, out);
+  const int64_t ld = w.stride(0), K = w.size(1);  // no narrow(): a LibTorch call per decoded row
+  if (w.scalar_type() == at::kChar) return q8_widen_range(q8_of(w).from(r * ld), ld, K, 0, 1, out);
+  bf16_widen_range(reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()) + r * ld, ld, K, 0, 1, out);
 }
 
 void copy_weights(at::Tensor& dst, const at::Tensor& src) {
