@@ -15,126 +15,12 @@
 #include <typeinfo>
 
 #include "core/bf16.h"
-#include "core/exp_poly.h"
-#include "core/simd.h"
 #include "model/moe_ffn.h"
 #include "moe/banks.h"
-#include "moe/routers.h"
+#include "serve/decode_parts.h"
 
 namespace mf {
 namespace decoding {
-
-// w [N, K] (rows ld apart): float32, bf16 bit patterns or int8 blocks, with an optional bias [N]
-struct Matrix {
-  const void* data = nullptr;
-  at::ScalarType dtype = at::kFloat;
-  Q8Rows q8;
-  int64_t N = 0, K = 0, ld = 0;
-  const float* bias = nullptr;
-};
-
-const float* floats(const at::Tensor& t) {
-  if (!t.defined()) return nullptr;
-  TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "decode engine: a ", t.sizes(), " ", t.scalar_type(),
-              " tensor where a contiguous float32 one was expected");
-  return t.data_ptr<float>();
-}
-
-bool held_weight(at::ScalarType t) { return t == at::kFloat || held_narrow(t); }
-
-Matrix matrix(const at::Tensor& w, const at::Tensor& b = {}) {
-  TORCH_CHECK(w.dim() == 2 && w.stride(1) == 1 && held_weight(w.scalar_type()), "decode engine: a ", w.sizes(), " ",
-              w.scalar_type(), " weight with strided rows");
-  Matrix m;
-  m.dtype = w.scalar_type();
-  if (m.dtype == at::kChar) m.q8 = q8_of(w);
-  m.data = w.data_ptr();
-  m.N = w.size(0), m.K = w.size(1), m.ld = w.stride(0);
-  m.bias = floats(b);
-  return m;
-}
-
-// The threads of one step: each runs the whole step, takes its share of every product and meets
-// the others at a spinning barrier (OpenMP's barrier, and a parallel region per product, sleep and
-// wake through the kernel under OMP_WAIT_POLICY=PASSIVE: ~50 us each, a third of a token's time).
-class SpinBarrier {
- public:
-  void wait(int threads) {
-    const int gen = generation_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == threads - 1) {
-      arrived_.store(0, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins)
-      if (spins > 2000) std::this_thread::yield();  // a loaded machine: let the late thread run
-  }
-
- private:
-  std::atomic<int> arrived_{0}, generation_{0};
-};
-
-struct Team {
-  int id = 0, size = 1;
-  SpinBarrier* barrier = nullptr;
-  bool lead() const { return id == 0; }
-  void sync() const {
-    if (size > 1) barrier->wait(size);
-  }
-  // this thread's share [first, second) of n items, in multiples of `align`
-  std::pair<int64_t, int64_t> share(int64_t n, int64_t align = 1) const {
-    const int64_t blocks = (n + align - 1) / align;
-    return {std::min(n, blocks * id / size * align), std::min(n, blocks * (id + 1) / size * align)};
-  }
-};
-
-// this thread's outputs of y[m] = w x[m] (+ b) for the M rows of x [M, K] into y [M, N]
-void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y) {
-  const auto [n0, n1] = team.share(w.N, 4);
-  if (n0 >= n1) return;
-  if (w.dtype == at::kBFloat16)
-    rows_part(x, w.K, M, w.K, static_cast<const uint16_t*>(w.data), w.ld, n0, n1, y, w.N);
-  else if (w.dtype == at::kChar)
-    rows_part(x, w.K, M, w.K, w.q8, w.ld, n0, n1, y, w.N);
-  else
-    rows_part(x, w.K, M, w.K, static_cast<const float*>(w.data), w.ld, n0, n1, y, w.N);
-  if (w.bias)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = n0; n < n1; ++n) y[m * w.N + n] += w.bias[n];
-}
-
-// out = x / sqrt(mean(x^2) + eps) * weight over n numbers (RMSNormImpl)
-void rms_norm(const float* x, int64_t n, const float* weight, double eps, float* out) {
-  double squares = 0;
-  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
-  const float r = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r * weight[i];
-}
-
-// An expert, a shared expert or a dense FFN: down(act(gate x) * up x) for SwiGLU (up.N > 0),
-// down(gelu(gate x)) for GELU, each product with its bias where it has one.
-struct Unit {
-  Matrix gate, up, down;
-};
-
-// act(g) [* u] in place of g for n numbers (SwiGLU when `u`, else exact GELU), through the shared
-// polynomials, which vectorise (std::exp and std::erf were a libm call per number)
-MF_ALWAYS_INLINE void activate_body(float* g, const float* u, int64_t n) {
-  if (u) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) g[i] = silu_times(g[i], u[i]);
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) g[i] *= gelu_phi(g[i]);
-  }
-}
-MF_SIMD_FUNCTION(activate_range, activate_body, (float* g, const float* u, int64_t n), (g, u, n))
-
-// the same for this thread's share of the n numbers
-void activate(const Team& team, float* g, const float* u, int64_t n) {
-  const auto [i0, i1] = team.share(n, 16);
-  activate_range(g + i0, u ? u + i0 : nullptr, i1 - i0);
-}
 
 Unit bank_unit(const ExpertBank& bank, int64_t e) {
   const int64_t F = bank.expert_hidden();
@@ -148,47 +34,6 @@ Unit bank_unit(const ExpertBank& bank, int64_t e) {
                   bank.down_proj_bias.defined() ? bank.down_proj_bias.select(0, e) : at::Tensor());
   return u;
 }
-
-// RouterImpl's top-k scoring, selection and weights for one token
-struct Router {
-  Matrix w;
-  RouterKind kind = RouterKind::SoftmaxTopK;
-  int64_t top_k = 1;
-  bool renormalize = true;
-  const float* selection_bias = nullptr;  // only when the balancing bias is on
-  float norm_factor = 1;                  // norm_topk: sigma * c
-  double norm_eps = 0;
-  float scale = 1;  // gate_scale
-
-  // logits [E] -> (unit, weight) pairs, best first; `score` and `order` are scratch of E numbers
-  void pick(const float* logits, std::vector<float>& score, std::vector<int64_t>& order,
-            std::vector<std::pair<int64_t, float>>& out) const {
-    const int64_t E = w.N;
-    if (kind == RouterKind::SoftmaxTopK) {
-      const float top = *std::max_element(logits, logits + E);
-      float sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += score[e] = std::exp(logits[e] - top);
-      for (int64_t e = 0; e < E; ++e) score[e] /= sum;
-    } else if (kind == RouterKind::SigmoidTopK) {
-      for (int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-    } else {
-      double squares = 0;
-      for (int64_t e = 0; e < E; ++e) squares += static_cast<double>(logits[e]) * logits[e];
-      const float norm = static_cast<float>(std::sqrt(squares) + norm_eps);
-      for (int64_t e = 0; e < E; ++e) score[e] = std::max(logits[e] / norm, 0.0f) * norm_factor;
-    }
-    auto key = [&](int64_t e) { return score[e] + (selection_bias ? selection_bias[e] : 0.0f); };
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [&](int64_t a, int64_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
-    float sum = 0;
-    for (int64_t i = 0; i < top_k; ++i) sum += score[order[i]];
-    if (kind == RouterKind::NormTopK) sum = std::max(sum, 1e-30f);
-    out.clear();
-    for (int64_t i = 0; i < top_k; ++i)
-      out.emplace_back(order[i], (renormalize ? score[order[i]] / sum : score[order[i]]) * scale);
-  }
-};
 
 struct Layer {
   const float *norm_in = nullptr, *norm_post = nullptr;
@@ -240,43 +85,6 @@ Layer moe_layer(MoEFeedForward& f) {
   if (g.gate_scale.defined()) r.scale = static_cast<float>(g.gate_scale.item<double>());
   return l;
 }
-
-// out [Dh] = softmax(scale p_j) . value_j over the S cached positions j (rows `stride` apart), p the
-// dot products q . key_j (overwritten). The exponentials run in a loop of their own through the
-// shared polynomial, which vectorises (std::exp inside the sum was a libm call per position).
-MF_ALWAYS_INLINE void softmax_values_body(float* p, const float* value, int64_t S, int64_t Dh, int64_t stride,
-                                          float scale, float* out) {
-  float top = -INFINITY, sum = 0;
-#pragma omp simd
-  for (int64_t j = 0; j < S; ++j) p[j] *= scale;
-#pragma omp simd reduction(max : top)
-  for (int64_t j = 0; j < S; ++j) top = p[j] > top ? p[j] : top;
-#pragma omp simd
-  for (int64_t j = 0; j < S; ++j) p[j] = exp_lanes(p[j] - top);
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < S; ++j) sum += p[j];
-  const float inv = 1.0f / sum;
-  // 32 outputs at a time in registers (a loop over out[] in memory waited on each store)
-  int64_t d0 = 0;
-  for (; d0 + 32 <= Dh; d0 += 32) {
-    float acc[32] = {};
-    for (int64_t j = 0; j < S; ++j) {
-      const float w = p[j] * inv;
-#pragma omp simd
-      for (int d = 0; d < 32; ++d) acc[d] += w * value[j * stride + d0 + d];
-    }
-    std::copy_n(acc, 32, out + d0);
-  }
-  std::fill(out + d0, out + Dh, 0.0f);
-  for (int64_t j = 0; j < S && d0 < Dh; ++j) {
-    const float w = p[j] * inv;
-    for (int64_t d = d0; d < Dh; ++d) out[d] += w * value[j * stride + d];
-  }
-}
-
-MF_SIMD_FUNCTION(softmax_values, softmax_values_body,
-                 (float* p, const float* value, int64_t S, int64_t Dh, int64_t stride, float scale, float* out),
-                 (p, value, S, Dh, stride, scale, out))
 
 }  // namespace decoding
 
