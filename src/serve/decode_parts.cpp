@@ -31,7 +31,6 @@ Matrix matrix(const at::Tensor& w, const at::Tensor& b) {
   return m;
 }
 
-// this thread's outputs of y[m] = w x[m] (+ b) for the M rows of x [M, K] into y [M, N]
 void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y) {
   const auto [n0, n1] = team.share(w.N, 4);
   if (n0 >= n1) return;
@@ -46,7 +45,6 @@ void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* 
       for (int64_t n = n0; n < n1; ++n) y[m * w.N + n] += w.bias[n];
 }
 
-// out = x / sqrt(mean(x^2) + eps) * weight over n numbers (RMSNormImpl)
 void rms_norm(const float* x, int64_t n, const float* weight, double eps, float* out) {
   double squares = 0;
   for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
@@ -67,7 +65,6 @@ MF_ALWAYS_INLINE void activate_body(float* g, const float* u, int64_t n) {
 }
 MF_SIMD_FUNCTION(activate_range, activate_body, (float* g, const float* u, int64_t n), (g, u, n))
 
-// the same for this thread's share of the n numbers
 void activate(const Team& team, float* g, const float* u, int64_t n) {
   const auto [i0, i1] = team.share(n, 16);
   activate_range(g + i0, u ? u + i0 : nullptr, i1 - i0);
