@@ -6,12 +6,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstring>
-#include <numeric>
 #include <optional>
-#include <thread>
 #include <typeinfo>
 
 #include "core/bf16.h"
@@ -271,7 +267,7 @@ void DecodeEngine::Impl::attention(const Team& team, const Layer& l, size_t laye
 // kv head h / (Hq / Hkv). The work items: runs of at most kAttendRows rows of one slot at
 // consecutive positions (a prompt's rows, or a decoding row alone) times the kv heads. An item's
 // dot products are one row-kernel product, [rows x heads of the group, Dh] by the keys up to its
-// last row's position (at prefill 128, 16 x 8 heads of 32: 2.5 -> ~0.7 us a head, AVX-512 EPYC);
+// last row's position (a 512-token quickstart prompt: 43 -> 36-37 ms, AVX-512 EPYC, docs/benchmarks.md);
 // each row then reads only its own positions' scores, and the kernel's sum for a score does not
 // depend on the other rows, so a prompt in one step still equals it token by token.
 void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vector<int64_t>& at_slot) {

@@ -1,7 +1,7 @@
 // Model layers against their formulas and dense references, in float64.
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
+
 #include <limits>
 
 #include "core/unit_gemm.h"
