@@ -28,6 +28,26 @@ MF_ALWAYS_INLINE typename Lanes<W>::Vec splat(float s) {
   return typename Lanes<W>::Vec{} + s;
 }
 
+// v[i][l] <- v[l][i]: a W x W block transposed in registers, log2(W) rounds of two-input
+// shuffles; round S swaps the off-diagonal S x S blocks of every 2S x 2S block
+template <int W, int S = 1>
+MF_ALWAYS_INLINE void transpose(typename Lanes<W>::Vec (&v)[W]) {
+  typename Lanes<W>::IVec lo, hi;
+#pragma GCC unroll 16
+  for (int l = 0; l < W; ++l) {
+    lo[l] = (l & S) ? W + l - S : l;
+    hi[l] = (l & S) ? W + l : l + S;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < W; ++i)
+    if (!(i & S)) {
+      const auto a = v[i], b = v[i + S];
+      v[i] = __builtin_shuffle(a, b, lo);
+      v[i + S] = __builtin_shuffle(a, b, hi);
+    }
+  if constexpr (2 * S < W) transpose<W, 2 * S>(v);
+}
+
 // acc[r][v] = sum_k a[r][k] w[k ldw + v W .. + W)   (a[r]: row r, read through its pointer)
 template <int W, int R, int NV>
 MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w, int64_t ldw,

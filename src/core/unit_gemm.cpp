@@ -25,8 +25,9 @@ struct Block {
 };
 
 // buf[k][j] = b(k0 + k, col + j) for j < width (a whole number of W vectors; 0 past cols): B's
-// panel in the order the tile reads it. Read by columns, B is transposed W depths at a time: one
-// vector of each column's row, then its W numbers into W rows of the panel.
+// panel in the order the tile reads it. Read by columns, B goes W columns x W depths at a time:
+// a vector of each column's row, transposed in registers into W rows of the panel (one number at
+// a time, the packing took ~12 % of a 48 x 512 panel's products at the finer shape).
 template <int W>
 MF_ALWAYS_INLINE void pack_panel(const UnitGemm& g, const Block& blk, int64_t col, int64_t width, float* buf) {
   using Vec = typename tiles::Lanes<W>::Vec;
@@ -34,9 +35,11 @@ MF_ALWAYS_INLINE void pack_panel(const UnitGemm& g, const Block& blk, int64_t co
   if (g.b_by_col) {
     int64_t k0 = 0;
     for (; k0 + W <= depth; k0 += W)
-      for (int64_t j = 0; j < width; ++j) {
-        const Vec v = j < n ? tiles::load<W>(g.b[col + j] + blk.k0 + k0) : Vec{};
-        for (int i = 0; i < W; ++i) buf[(k0 + i) * width + j] = v[i];
+      for (int64_t j0 = 0; j0 < width; j0 += W) {
+        Vec v[W];
+        for (int i = 0; i < W; ++i) v[i] = j0 + i < n ? tiles::load<W>(g.b[col + j0 + i] + blk.k0 + k0) : Vec{};
+        tiles::transpose<W>(v);
+        for (int i = 0; i < W; ++i) tiles::store<W>(buf + (k0 + i) * width + j0, v[i]);
       }
     for (int64_t k = k0; k < depth; ++k)
       for (int64_t j = 0; j < width; ++j) buf[k * width + j] = j < n ? g.b[col + j][blk.k0 + k] : 0.0f;

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "core/simd.h"
+#include "core/tiles.h"
 #include "core/unit_gemm.h"
 #include "moe/banks.h"
 #include "moe/combined_ffn.h"
@@ -42,6 +43,24 @@ struct UnitGemmPin {  // pins unit_gemm on (any level) for a test, unpinned afte
 };
 
 }  // namespace
+
+// the register transpose that packs B read by columns: v[i][l] = i W + l becomes l W + i
+template <int W>
+void expect_transposed() {
+  typename tiles::Lanes<W>::Vec v[W];
+  for (int i = 0; i < W; ++i)
+    for (int l = 0; l < W; ++l) v[i][l] = static_cast<float>(i * W + l);
+  tiles::transpose<W>(v);
+  for (int i = 0; i < W; ++i)
+    for (int l = 0; l < W; ++l)
+      EXPECT_EQ(v[i][l], static_cast<float>(l * W + i)) << "W " << W << " at " << i << ", " << l;
+}
+
+TEST(UnitGemm, RegisterTransposeByHand) {
+  expect_transposed<4>();
+  expect_transposed<8>();
+  expect_transposed<16>();
+}
 
 // C = scale * (A B + bias) (+ C): A read by rows or by depth, B by rows or by columns, with rows, columns
 // and depths that are not whole tiles, panels or vectors (cols 50: panels of 16-48 columns with a
