@@ -40,10 +40,19 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     ExpertBank bank(s.E, s.d, s.F), dense(1, s.d, s.k * s.F);
     auto x = torch::randn({s.T, s.d}).requires_grad_(true);
     auto grad = torch::ones({s.T, s.d});
+    // each pass starts without gradients, as a training step does (train/optim.h's release_grads)
+    auto params = router->parameters();
+    for (auto* m : {static_cast<torch::nn::Module*>(&bank), static_cast<torch::nn::Module*>(&dense)})
+      for (auto& p : m->parameters()) params.push_back(p);
+    params.push_back(x);
+    const auto release = [&] {
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+    };
     const auto t_moe = [&](UnitsPath path, std::optional<bool> tiles) {
       force_units_path(path);
       force_unit_gemm(tiles);
       const double sec = best_seconds(iters, [&] {
+        release();
         auto r = router->forward(x);
         dispatch(x, r.assignment, bank).y_TD.backward(grad);
       });
@@ -57,7 +66,10 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     const double t_grouped = t_moe(UnitsPath::Grouped, std::nullopt);
     const auto t_dense_on = [&](std::optional<bool> tiles) {
       force_unit_gemm(tiles);
-      const double sec = best_seconds(iters, [&] { dense.forward_unit(0, x).backward(grad); });
+      const double sec = best_seconds(iters, [&] {
+        release();
+        dense.forward_unit(0, x).backward(grad);
+      });
       force_unit_gemm(std::nullopt);
       return sec;
     };

@@ -35,6 +35,22 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
 }
 
+std::vector<at::Tensor> release_grads(torch::optim::Optimizer& opt) {
+  std::vector<at::Tensor> had;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) {
+        had.push_back(p);
+        p.mutable_grad() = at::Tensor();
+      }
+  return had;
+}
+
+void restore_zero_grads(const std::vector<at::Tensor>& had) {
+  for (auto p : had)
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+}
+
 double lr_at(const TrainConfig& c, int64_t step) {
   if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   const double span = std::max<int64_t>(1, c.steps - 1 - c.warmup_steps);

@@ -337,7 +337,7 @@ struct Trainer {
     Step s;
     s.lr = lr_at(cfg.train, step);
     set_lr(*optimizer, s.lr);
-    optimizer->zero_grad();
+    const auto had_grads = release_grads(*optimizer);
     double loss_sum = 0;
     for (int64_t m = 0; m < cfg.train.grad_accum; ++m) {
       if (par && m % par->world() != par->rank()) continue;                     // another rank's micro-batch
@@ -349,6 +349,7 @@ struct Trainer {
       (loss / static_cast<double>(cfg.train.grad_accum)).backward();
       if (par) average_over_ranks(*par, rank_state);  // one round of micro-batches done
     }
+    restore_zero_grads(had_grads);
     if (par) loss_sum = sum_over_ranks(*par, replicated, moe, loss_sum, overlap.get());
     for (auto& p : dist.sharded)  // as one process, where the whole bank has a gradient
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);

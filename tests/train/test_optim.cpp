@@ -57,3 +57,44 @@ TEST(FusedAdamW, MatchesLibTorchAdamW) {
     }
   }
 }
+
+// release_grads + restore_zero_grads against zero_grad: a parameter used in the first step only
+// (its gradient zero, not absent, afterwards), one never used, one used in every step: the same
+// parameters and moments bit for bit after the steps.
+TEST(ReleaseGrads, UpdatesEqualZeroGrad) {
+  auto steps = [](bool release) {
+    torch::manual_seed(12);
+    OptimParams m(torch::kFloat32);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(
+        std::vector<at::Tensor>{m.a, m.b, m.frozen},
+        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(1e-2));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<at::Tensor> had;
+      if (release) {
+        had = release_grads(opt);
+        for (auto& p : had) EXPECT_FALSE(p.grad().defined());
+      } else {
+        opt.zero_grad();
+      }
+      auto loss = (m.a.sin() * m.a).sum();
+      if (step == 0) loss = loss + (m.b * m.b).sum();  // b: a gradient in the first step only
+      loss.backward();
+      if (release) {
+        restore_zero_grads(had);
+        if (step > 0) {
+          EXPECT_TRUE(m.b.grad().defined() && m.b.grad().eq(0).all().item<bool>());
+        }
+        EXPECT_FALSE(m.frozen.grad().defined());
+      }
+      opt.step();
+    }
+    auto out = optimizer_state_tensors(opt, m);
+    for (auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
+    return out;
+  };
+  const auto zeroed = steps(false), released = steps(true);
+  ASSERT_EQ(zeroed.size(), released.size());
+  for (size_t i = 0; i < zeroed.size(); ++i) EXPECT_TRUE(zeroed[i].second.equal(released[i].second)) << zeroed[i].first;
+}
