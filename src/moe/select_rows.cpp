@@ -3,12 +3,17 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/simd.h"
 
 namespace mf {
 namespace {
+
+constexpr int64_t kRadixFromK = 16;
 
 // a ranks above b: larger, or NaN over a number (at::topk's order)
 template <typename T>
@@ -31,6 +36,13 @@ MF_ALWAYS_INLINE void offer(T v, int64_t j, int64_t K, int64_t& n, int64_t* best
   value[i] = v;
 }
 
+template <typename T>
+bool has_nan(const T* s, int64_t E) {
+  int nan = 0;
+  for (int64_t j = 0; j < E; ++j) nan |= s[j] != s[j];
+  return nan;
+}
+
 // One row. With K groups of 8 columns or more and no NaN, the K-th largest of the groups'
 // maxima is a floor: K groups hold a score at least that large, so no score below it is among
 // the K largest, and only the few at or above it are offered (in column order, so ties end as
@@ -39,10 +51,8 @@ template <typename T>
 void top_k_row(const T* s, int64_t E, int64_t K, int64_t* best, T* value, T* scratch, int64_t* ignored) {
   constexpr int64_t G = 8;
   const int64_t groups = E / G;
-  int nan = 0;
-  for (int64_t j = 0; j < E; ++j) nan |= s[j] != s[j];
   int64_t n = 0;
-  if (nan || groups < K) {
+  if (has_nan(s, E) || groups < K) {
     for (int64_t j = 0; j < E; ++j) offer(s[j], j, K, n, best, value);
     return;
   }
@@ -60,16 +70,79 @@ void top_k_row(const T* s, int64_t E, int64_t K, int64_t* best, T* value, T* scr
     if (s[j] >= floor) offer<T, true>(s[j], j, K, n, best, value);
 }
 
+// The key of a score: a signed integer ordered as the scores are (-0 taken as +0, as > takes it)
+template <typename T>
+using KeyOf = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+template <typename T>
+MF_ALWAYS_INLINE KeyOf<T> ordered_key(T v) {
+  using Key = KeyOf<T>;
+  const T positive_zero = v + T(0);
+  Key bits;
+  std::memcpy(&bits, &positive_zero, sizeof bits);
+  return bits ^ ((bits >> (8 * sizeof(Key) - 1)) & std::numeric_limits<Key>::max());
+}
+
+// One row without NaN and without a branch on the scores, for K >= kRadixFromK: the offers'
+// branches mispredict there (one thread, T 4096: E 256, K 32 12.1 -> 7.1 ms; E 128, K 16 5.0 ->
+// 3.9; at K 8 the offers win, E 128 1.9 against 3.5 ms). The K-th largest key bit by bit from the top,
+// count(key >= t) >= K deciding each bit; the columns above it, then ties at it in column order;
+// each chosen column's place among them counted (larger first, ties in column order). Scratch:
+// E keys, K + 1 keys and K + 1 indices.
+template <typename T>
+MF_ALWAYS_INLINE void radix_row(const T* s, int64_t E, int64_t K, int64_t* best, KeyOf<T>* key, KeyOf<T>* ck,
+                                int64_t* chosen) {
+  using Key = KeyOf<T>;
+  using Bits = std::make_unsigned_t<Key>;
+  constexpr Bits sign = Bits{1} << (8 * sizeof(Key) - 1);
+  for (int64_t j = 0; j < E; ++j) key[j] = ordered_key(s[j]);
+  Bits kth = 0;  // in the unsigned order: key ^ sign
+  for (int bit = 8 * sizeof(Key) - 1; bit >= 0; --bit) {
+    const Bits t = kth | Bits{1} << bit;
+    const Key at = static_cast<Key>(t ^ sign);
+    Key count = 0;
+    for (int64_t j = 0; j < E; ++j) count += key[j] >= at;
+    if (count >= K) kth = t;
+  }
+  const Key floor = static_cast<Key>(kth ^ sign);
+  Key ties = K;
+  for (int64_t j = 0; j < E; ++j) ties -= key[j] > floor;
+  for (int64_t j = 0, n = 0; j < E; ++j) {
+    const bool tie = key[j] == floor && ties > 0;
+    chosen[n] = j;
+    ck[n] = key[j];
+    ties -= tie;
+    n += key[j] > floor || tie;
+  }
+  for (int64_t i = 0; i < K; ++i) {
+    Key place = 0;
+    for (int64_t m = 0; m < K; ++m) place += ck[m] > ck[i] || (ck[m] == ck[i] && m < i);
+    best[place] = chosen[i];
+  }
+}
+MF_SIMD_FUNCTION(radix_kernel, radix_row,
+                 (const float* s, int64_t E, int64_t K, int64_t* best, int32_t* key, int32_t* ck, int64_t* chosen),
+                 (s, E, K, best, key, ck, chosen))
+MF_SIMD_FUNCTION(radix_kernel, radix_row,
+                 (const double* s, int64_t E, int64_t K, int64_t* best, int64_t* key, int64_t* ck, int64_t* chosen),
+                 (s, E, K, best, key, ck, chosen))
+
 template <typename T>
 void top_k_cpu(const at::Tensor& s_TE, int64_t K, at::Tensor& index_TK) {
   const int64_t E = s_TE.size(1);
   const T* s = s_TE.data_ptr<T>();
   int64_t* out = index_TK.data_ptr<int64_t>();
+  const bool radix = K >= kRadixFromK;
   at::parallel_for(0, s_TE.size(0), 256, [&](int64_t t0, int64_t t1) {
     std::vector<T> value(K), scratch(E / 8 + K);
-    std::vector<int64_t> ignored(K);
-    for (int64_t t = t0; t < t1; ++t)
-      top_k_row(s + t * E, E, K, out + t * K, value.data(), scratch.data(), ignored.data());
+    std::vector<int64_t> ignored(K), chosen(K + 1);
+    std::vector<KeyOf<T>> key(E), ck(K + 1);
+    for (int64_t t = t0; t < t1; ++t) {
+      const T* row = s + t * E;
+      if (radix && !has_nan(row, E))
+        radix_kernel(row, E, K, out + t * K, key.data(), ck.data(), chosen.data());
+      else
+        top_k_row(row, E, K, out + t * K, value.data(), scratch.data(), ignored.data());
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "moe/select_rows.h"
@@ -78,6 +79,22 @@ TEST(SelectRows, TopKOfLongRowsWithTiesAndNaN) {
       auto spread = (s * 0.37 + torch::randn({300, E}, torch::kFloat64).to(dtype)).to(dtype);  // few ties
       EXPECT_TRUE(top_k_index(spread, K).equal(stable_top_k(spread, K))) << "E " << E << " K " << K;
     }
+}
+
+// K from 16 on: the K-th largest found bit by bit on integer keys. -0 and +0 are one score (ties
+// in column order), negatives order below them by magnitude, a tie at the K-th place keeps the
+// first columns, and every dtype's extremes keep their order; against the stable sort.
+TEST(SelectRows, TopKWithoutBranchesOnSignedZerosNegativesAndTies) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> row = {-0.0, 0.0, -1.0, 2.0, -0.0, -2.5, 1e-30, -1e-30, 0.0, inf, -inf, 2.0,
+                             -1.0, 0.5, -0.0, 7.0, 0.0,  -3.0, 1e30,  -1e30,  2.0, 0.5, -0.0, 0.0};
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    auto s = torch::tensor(row, torch::kFloat64).view({1, -1}).to(dtype);
+    for (int64_t K : {16, 17, 20, 24}) EXPECT_TRUE(top_k_index(s, K).equal(stable_top_k(s, K))) << "K " << K;
+  }
+  // the first 16: inf, 1e30, 7, the three 2s, the two 0.5s, 1e-30, then seven of the nine zeros
+  auto s = torch::tensor(row, torch::kFloat32).view({1, -1});
+  EXPECT_TRUE(top_k_index(s, 16).equal(long_rows({{9, 18, 15, 3, 11, 20, 13, 21, 6, 0, 1, 4, 8, 14, 16, 22}})));
 }
 
 TEST(SelectRows, UnitOrderIsTheStableSort) {
