@@ -112,4 +112,13 @@ void activation_backward_rows(const at::Tensor& h_PN, const at::Tensor& gw_PM, c
   });
 }
 
+void activation_forward_rows(const float* h_PN, float* a_PM, int64_t P, int64_t M, bool swiglu) {
+  forward_kernel(h_PN, a_PM, P, M, swiglu);
+}
+
+void activation_backward_rows(const float* h_PN, const float* gw_PM, const float* w_P, float* dweight_P, float* wa_PM,
+                              float* dh_PN, int64_t P, int64_t M, bool swiglu) {
+  backward_kernel(h_PN, gw_PM, w_P, dweight_P, wa_PM, dh_PN, P, M, swiglu);
+}
+
 }  // namespace mf

@@ -19,4 +19,9 @@ void activation_forward_rows(const at::Tensor& h_PN, at::Tensor& a_PM, bool swig
 void activation_backward_rows(const at::Tensor& h_PN, const at::Tensor& gw_PM, const at::Tensor& w_P,
                               at::Tensor& dweight_P, at::Tensor& wa_PM, at::Tensor& dh_PN, bool swiglu);
 
+// The same on float32 rows by pointer (moe/combined_tiles.cpp: a chunk's scratch, no tensor a call)
+void activation_forward_rows(const float* h_PN, float* a_PM, int64_t P, int64_t M, bool swiglu);
+void activation_backward_rows(const float* h_PN, const float* gw_PM, const float* w_P, float* dweight_P, float* wa_PM,
+                              float* dh_PN, int64_t P, int64_t M, bool swiglu);
+
 }  // namespace mf

@@ -46,20 +46,27 @@ struct ChunkPlan {
   }
   TileChunk chunk(size_t u, const at::Tensor& x, const at::Tensor& token, const at::Tensor& weight,
                   const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& b1, const at::Tensor& b2,
-                  int64_t first, int64_t n, at::Tensor ws) const {
-    const float* w = weight.data_ptr<float>() + first;
+                  int64_t first, int64_t n, float* ws) const {
+    const int64_t e = units.expert(u);
+    const auto expert = [e](const at::Tensor& t) {
+      return t.numel() ? t.data_ptr<float>() + e * t.stride(0) : nullptr;
+    };
     return {units,
             u,
-            gate_up,
-            down,
-            b1,
-            b2,
+            expert(gate_up),
+            expert(down),
+            expert(b1),
+            expert(b2),
             x.data_ptr<float>(),
             x.size(1),
             token.data_ptr<int64_t>() + first,
-            w,
+            weight.data_ptr<float>() + first,
             n,
-            ws.data_ptr<float>()};
+            ws};
+  }
+  // thread t's scratch of `width` floats a row (scratch()), and R rows in, by pointer
+  static float* rows_of(const at::Tensor& scratch, int64_t t) {
+    return scratch.data_ptr<float>() + t * scratch.stride(0);
   }
   // per thread, R rows of `width` scratch
   at::Tensor scratch(int64_t width, const at::Tensor& like) const {
@@ -69,6 +76,11 @@ struct ChunkPlan {
   std::vector<at::Tensor> sums(const at::Tensor& first) const {
     std::vector<at::Tensor> out{first};
     for (size_t t = 1; t < threads.size(); ++t) out.push_back(at::zeros_like(first));
+    return out;
+  }
+  static std::vector<float*> pointers(const std::vector<at::Tensor>& sums) {
+    std::vector<float*> out;
+    for (const auto& t : sums) out.push_back(t.data_ptr<float>());
     return out;
   }
   static void sum(std::vector<at::Tensor>& sums) {
@@ -90,16 +102,18 @@ at::Tensor combined_forward(const ChunkPlan& p, const at::Tensor& x, const at::T
   const int64_t D = x.size(1);
   auto y_TD = at::zeros_like(x);
   auto ys = p.sums(y_TD);
+  const auto y_rows = p.tiles ? ChunkPlan::pointers(ys) : std::vector<float*>{};
   auto a = p.scratch(p.units.M, x);
   auto h = h_P.defined() ? at::Tensor() : p.scratch(p.units.hidden(), x);
   auto rows = p.tiles ? p.workspace(x) : p.scratch(D, x), out = p.tiles ? at::Tensor() : p.scratch(D, x);
   p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
-    auto h_n = h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n);
     if (p.tiles) {
-      tiles_forward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, rows[t]), h_n, a[t].narrow(0, 0, n),
-                    ys[t].data_ptr<float>());
+      float* h_n = h_P.defined() ? h_P.data_ptr<float>() + first * p.units.hidden() : ChunkPlan::rows_of(h, t);
+      tiles_forward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, ChunkPlan::rows_of(rows, t)), h_n,
+                    ChunkPlan::rows_of(a, t), y_rows[t]);
       return;
     }
+    auto h_n = h_P.defined() ? h_P.narrow(0, first, n) : h[t].narrow(0, 0, n);
     auto token_n = token.narrow(0, first, n);
     auto rows_n = rows[t].narrow(0, 0, n), out_n = out[t].narrow(0, 0, n);
     gather_into(rows_n, x, token_n);
@@ -156,19 +170,26 @@ struct CombinedFFN : public torch::autograd::Function<CombinedFFN> {
     units.zero_unwritten(p.counts, dw1, dw2);
     auto db1 = b1.numel() ? at::zeros_like(b1) : at::Tensor(), db2 = b2.numel() ? at::zeros_like(b2) : at::Tensor();
     auto dxs = p.sums(dx);
+    const auto dx_rows = p.tiles ? ChunkPlan::pointers(dxs) : std::vector<float*>{};
     const int64_t D = x.size(1);
     auto rows = p.tiles ? p.workspace(x) : p.scratch(D, x), g = p.tiles ? at::Tensor() : p.scratch(D, x);
     auto a = p.scratch(units.M, x), ga = p.scratch(units.M, x), dh = p.scratch(p.units.hidden(), x);
     p.each_chunk([&](size_t u, int64_t t, int64_t first, int64_t n) {
       const int64_t e = units.expert(u), b = units.block(u);
-      auto h_n = h_P.narrow(0, first, n), a_n = a[t].narrow(0, 0, n), ga_n = ga[t].narrow(0, 0, n);
       if (p.tiles) {
-        const TileGrads d{dweight.narrow(0, first, n), dw1, dw2, db1, db2, first == p.start[u],
-                          dxs[t].data_ptr<float>()};
-        tiles_backward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, rows[t]), h_n,
-                       dy.data_ptr<float>(), d, ga_n, a_n, dh[t].narrow(0, 0, n));
+        const TileGrads d{dweight.data_ptr<float>() + first,
+                          dw1.data_ptr<float>() + e * dw1.stride(0),
+                          dw2.data_ptr<float>() + e * dw2.stride(0),
+                          db1,
+                          db2,
+                          first == p.start[u],
+                          dx_rows[t]};
+        tiles_backward(p.chunk(u, x, token, weight, gate_up, down, b1, b2, first, n, ChunkPlan::rows_of(rows, t)),
+                       h_P.data_ptr<float>() + first * units.hidden(), dy.data_ptr<float>(), d,
+                       ChunkPlan::rows_of(ga, t), ChunkPlan::rows_of(a, t), ChunkPlan::rows_of(dh, t));
         return;
       }
+      auto h_n = h_P.narrow(0, first, n), a_n = a[t].narrow(0, 0, n), ga_n = ga[t].narrow(0, 0, n);
       auto token_n = token.narrow(0, first, n), w_n = weight.narrow(0, first, n);
       auto x_n = rows[t].narrow(0, 0, n), g_n = g[t].narrow(0, 0, n);
       gather_into(x_n, x, token_n);

@@ -33,25 +33,25 @@ std::vector<T*> w2_rows(const UnitSlices& units, size_t u, T* down_e, int64_t D)
 
 }  // namespace
 
-void tiles_forward(const TileChunk& c, at::Tensor h, at::Tensor a, float* y) {
+void tiles_forward(const TileChunk& c, float* h, float* a, float* y) {
   const auto& units = c.units;
-  const int64_t e = units.expert(c.u), hidden = units.hidden(), M = units.M;
+  const int64_t hidden = units.hidden(), M = units.M;
   const auto x_rows = row_pointers(c.x, c.token, c.n, c.D);
-  const auto w1 = w1_rows(units, c.u, c.gate_up[e].data_ptr<float>(), c.D);
-  const auto h_rows = row_pointers(h.data_ptr<float>(), nullptr, c.n, hidden);
-  // H = X W1^T + b1: B = W1^T, read by its columns (W1's rows)
-  const auto b1 = c.b1.numel() ? units.w1(c.b1[e], units.block(c.u)).contiguous() : at::Tensor();
+  const auto w1 = w1_rows(units, c.u, c.gate_up, c.D);
+  const auto h_rows = row_pointers(h, nullptr, c.n, hidden);
+  // H = X W1^T + b1: B = W1^T, read by its columns (W1's rows); b1's entries in H's column order
+  std::vector<float> b1;
+  if (c.b1)
+    for (auto [first, count] : units.w1_rows(units.block(c.u))) b1.insert(b1.end(), c.b1 + first, c.b1 + first + count);
   unit_gemm({c.n, hidden, c.D, x_rows.data(), false, w1.data(), true, h_rows.data(), nullptr, false,
-             b1.defined() ? b1.data_ptr<float>() : nullptr},
+             c.b1 ? b1.data() : nullptr},
             c.workspace);
-  units.activate(h, a);
+  activation_forward_rows(h, a, c.n, M, units.swiglu);
   // y[token] += w (A W2^T + b2): B = W2^T, read by its columns (W2's rows)
-  const auto a_rows = row_pointers<const float>(a.data_ptr<float>(), nullptr, c.n, M);
-  const auto w2 = w2_rows(units, c.u, c.down[e].data_ptr<float>(), c.D);
+  const auto a_rows = row_pointers<const float>(a, nullptr, c.n, M);
+  const auto w2 = w2_rows(units, c.u, c.down, c.D);
   const auto y_rows = row_pointers(y, c.token, c.n, c.D);
-  unit_gemm({c.n, c.D, M, a_rows.data(), false, w2.data(), true, y_rows.data(), c.weight, true,
-             c.b2.numel() ? c.b2[e].data_ptr<float>() : nullptr},
-            c.workspace);
+  unit_gemm({c.n, c.D, M, a_rows.data(), false, w2.data(), true, y_rows.data(), c.weight, true, c.b2}, c.workspace);
 }
 
 namespace {
@@ -72,33 +72,30 @@ void output_bias_backward(const TileChunk& c, const std::vector<const float*>& d
 
 }  // namespace
 
-void tiles_backward(const TileChunk& c, const at::Tensor& h, const float* dy, const TileGrads& d, at::Tensor g,
-                    at::Tensor wa, at::Tensor dh) {
+void tiles_backward(const TileChunk& c, const float* h, const float* dy, const TileGrads& d, float* g, float* wa,
+                    float* dh) {
   const auto& units = c.units;
   const int64_t e = units.expert(c.u), hidden = units.hidden(), M = units.M, n = c.n;
   const auto dy_rows = row_pointers(dy, c.token, n, c.D);
   // G = dy[token] W2
-  const auto g_rows = row_pointers(g.data_ptr<float>(), nullptr, n, M);
-  const auto w2 = w2_rows(units, c.u, c.down[e].data_ptr<float>(), c.D);
+  const auto g_rows = row_pointers(g, nullptr, n, M);
+  const auto w2 = w2_rows(units, c.u, c.down, c.D);
   unit_gemm({n, M, c.D, dy_rows.data(), false, w2.data(), false, g_rows.data()}, c.workspace);
-  auto w = at::from_blob(const_cast<float*>(c.weight), {n}, g.options());
-  auto dweight = d.dweight;
-  activation_backward_rows(h, g, w, dweight, wa, dh, units.swiglu);
-  if (d.db2.defined())
-    output_bias_backward(c, dy_rows, c.b2[e].data_ptr<float>(), dweight.data_ptr<float>(), d.db2[e].data_ptr<float>());
-  if (d.db1.defined()) units.add_w1(d.db1[e], units.block(c.u), dh.sum(0));
+  activation_backward_rows(h, g, c.weight, d.dweight, wa, dh, n, M, units.swiglu);
+  if (d.db2.defined()) output_bias_backward(c, dy_rows, c.b2, d.dweight, d.db2[e].data_ptr<float>());
+  if (d.db1.defined()) units.add_w1(d.db1[e], units.block(c.u), at::from_blob(dh, {n, hidden}, d.db1.options()).sum(0));
   // dW2 (+)= dy[token]^T (w A): A^T's rows are dy's, read by depth
-  const auto wa_rows = row_pointers<const float>(wa.data_ptr<float>(), nullptr, n, M);
-  const auto dw2_rows = w2_rows(units, c.u, d.dw2[e].data_ptr<float>(), c.D);
+  const auto wa_rows = row_pointers<const float>(wa, nullptr, n, M);
+  const auto dw2_rows = w2_rows(units, c.u, d.dw2, c.D);
   unit_gemm({c.D, M, n, dy_rows.data(), true, wa_rows.data(), false, dw2_rows.data(), nullptr, !d.first}, c.workspace);
   // dW1 (+)= dH^T x[token]
-  const auto dh_rows = row_pointers<const float>(dh.data_ptr<float>(), nullptr, n, hidden);
+  const auto dh_rows = row_pointers<const float>(dh, nullptr, n, hidden);
   const auto x_rows = row_pointers(c.x, c.token, n, c.D);
-  const auto dw1_rows = w1_rows(units, c.u, d.dw1[e].data_ptr<float>(), c.D);
+  const auto dw1_rows = w1_rows(units, c.u, d.dw1, c.D);
   unit_gemm({hidden, c.D, n, dh_rows.data(), true, x_rows.data(), false, dw1_rows.data(), nullptr, !d.first},
             c.workspace);
   // dx[token] += dH W1
-  const auto w1 = w1_rows(units, c.u, c.gate_up[e].data_ptr<float>(), c.D);
+  const auto w1 = w1_rows(units, c.u, c.gate_up, c.D);
   const auto dx_rows = row_pointers(d.dx, c.token, n, c.D);
   unit_gemm({n, c.D, hidden, dh_rows.data(), false, w1.data(), false, dx_rows.data(), nullptr, true}, c.workspace);
 }
