@@ -64,7 +64,7 @@ struct ChunkPlan {
             n,
             ws};
   }
-  // thread t's scratch of `width` floats a row (scratch()), and R rows in, by pointer
+  // thread t's part of a per-thread tensor (scratch(), workspace()), by pointer
   static float* rows_of(const at::Tensor& scratch, int64_t t) {
     return scratch.data_ptr<float>() + t * scratch.stride(0);
   }

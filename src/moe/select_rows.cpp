@@ -98,9 +98,9 @@ MF_ALWAYS_INLINE void radix_row(const T* s, int64_t E, int64_t K, int64_t* best,
   Bits kth = 0;  // in the unsigned order: key ^ sign
   for (int bit = 8 * sizeof(Key) - 1; bit >= 0; --bit) {
     const Bits t = kth | Bits{1} << bit;
-    const Key at = static_cast<Key>(t ^ sign);
+    const Key cut = static_cast<Key>(t ^ sign);
     Key count = 0;
-    for (int64_t j = 0; j < E; ++j) count += key[j] >= at;
+    for (int64_t j = 0; j < E; ++j) count += key[j] >= cut;
     if (count >= K) kth = t;
   }
   const Key floor = static_cast<Key>(kth ^ sign);
