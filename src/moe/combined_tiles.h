@@ -2,8 +2,8 @@
 // float32 on the CPU. The same equations as there, with no gathered or scattered copy
 // of a row: x[token] and dy[token] are read through their tokens' pointers, y and dx are added
 // into through theirs, W1's block rows and W2's block columns are read in place. Everything is
-// reached by pointer: at the finer shape (E 128) a unit's tensor slices cost ~50 LibTorch calls,
-// 6,000 a training step. Internal to moe/.
+// reached by pointer: at the finer shape (E 128) a unit's tensor slices were ~50 LibTorch calls,
+// 6,000 a training step (~0.5 us each: no time change was measurable). Internal to moe/.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -134,8 +134,8 @@ void top_k_cpu(const at::Tensor& s_TE, int64_t K, at::Tensor& index_TK) {
   const bool radix = K >= kRadixFromK;
   at::parallel_for(0, s_TE.size(0), 256, [&](int64_t t0, int64_t t1) {
     std::vector<T> value(K), scratch(E / 8 + K);
-    std::vector<int64_t> ignored(K), chosen(K + 1);
-    std::vector<KeyOf<T>> key(E), ck(K + 1);
+    std::vector<int64_t> ignored(K), chosen(radix ? K + 1 : 0);
+    std::vector<KeyOf<T>> key(radix ? E : 0), ck(radix ? K + 1 : 0);
     for (int64_t t = t0; t < t1; ++t) {
       const T* row = s + t * E;
       if (radix && !has_nan(row, E))
