@@ -9,23 +9,23 @@
 
 namespace mf::tiles {
 
-template <int W>
+template <int W, typename T = float>  // T: float, or double where a kernel also runs the float64 tests
 struct Lanes {
-  typedef float Vec __attribute__((vector_size(W * sizeof(float)), aligned(4), may_alias));
+  typedef T Vec __attribute__((vector_size(W * sizeof(T)), aligned(sizeof(T)), may_alias));
   typedef int32_t IVec __attribute__((vector_size(W * sizeof(int32_t))));
 };
 
-template <int W>
-MF_ALWAYS_INLINE typename Lanes<W>::Vec load(const float* p) {
-  return *reinterpret_cast<const typename Lanes<W>::Vec*>(p);
+template <int W, typename T>
+MF_ALWAYS_INLINE typename Lanes<W, T>::Vec load(const T* p) {
+  return *reinterpret_cast<const typename Lanes<W, T>::Vec*>(p);
 }
-template <int W>
-MF_ALWAYS_INLINE void store(float* p, typename Lanes<W>::Vec v) {
-  *reinterpret_cast<typename Lanes<W>::Vec*>(p) = v;
+template <int W, typename T>
+MF_ALWAYS_INLINE void store(T* p, typename Lanes<W, T>::Vec v) {
+  *reinterpret_cast<typename Lanes<W, T>::Vec*>(p) = v;
 }
-template <int W>
-MF_ALWAYS_INLINE typename Lanes<W>::Vec splat(float s) {
-  return typename Lanes<W>::Vec{} + s;
+template <int W, typename T = float>
+MF_ALWAYS_INLINE typename Lanes<W, T>::Vec splat(T s) {
+  return typename Lanes<W, T>::Vec{} + s;
 }
 
 // v[i][l] <- v[l][i]: a W x W block transposed in registers, log2(W) rounds of two-input
@@ -49,16 +49,16 @@ MF_ALWAYS_INLINE void transpose(typename Lanes<W>::Vec (&v)[W]) {
 }
 
 // acc[r][v] = sum_k a[r][k] w[k ldw + v W .. + W)   (a[r]: row r, read through its pointer)
-template <int W, int R, int NV>
-MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w, int64_t ldw,
-                           typename Lanes<W>::Vec (&acc)[R][NV]) {
+template <int W, int R, int NV, typename T>
+MF_ALWAYS_INLINE void tile(const T* const (&a)[R], int64_t K, const T* w, int64_t ldw,
+                           typename Lanes<W, T>::Vec (&acc)[R][NV]) {
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W, T>::Vec{};
   for (int64_t k = 0; k < K; ++k) {
-    typename Lanes<W>::Vec wk[NV];
+    typename Lanes<W, T>::Vec wk[NV];
     for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
     for (int r = 0; r < R; ++r) {
-      const float s = a[r][k];
+      const T s = a[r][k];
       for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
     }
   }
@@ -66,17 +66,17 @@ MF_ALWAYS_INLINE void tile(const float* const (&a)[R], int64_t K, const float* w
 
 // The same with A read by depth: acc[r][v] = sum_k a[k][off[r]] w[k ldw + v W .. + W), where
 // a[k] holds row k of A^T (a weight gradient's sum over pairs: A^T is the pairs' rows)
-template <int W, int R, int NV>
-MF_ALWAYS_INLINE void tile_by_depth(const float* const* a, const int64_t (&off)[R], int64_t K, const float* w,
-                                    int64_t ldw, typename Lanes<W>::Vec (&acc)[R][NV]) {
+template <int W, int R, int NV, typename T>
+MF_ALWAYS_INLINE void tile_by_depth(const T* const* a, const int64_t (&off)[R], int64_t K, const T* w, int64_t ldw,
+                                    typename Lanes<W, T>::Vec (&acc)[R][NV]) {
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W>::Vec{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = typename Lanes<W, T>::Vec{};
   for (int64_t k = 0; k < K; ++k) {
-    typename Lanes<W>::Vec wk[NV];
+    typename Lanes<W, T>::Vec wk[NV];
     for (int v = 0; v < NV; ++v) wk[v] = load<W>(w + k * ldw + v * W);
-    const float* ak = a[k];
+    const T* ak = a[k];
     for (int r = 0; r < R; ++r) {
-      const float s = ak[off[r]];
+      const T s = ak[off[r]];
       for (int v = 0; v < NV; ++v) acc[r][v] += s * wk[v];
     }
   }

@@ -9,18 +9,13 @@
 
 #include "core/exp_poly.h"
 #include "core/simd.h"
+#include "core/tiles.h"
 
 namespace mf {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-template <typename T>
-MF_ALWAYS_INLINE void axpy(T alpha, const T* x, T* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 struct Shape {
   int64_t BH, queries, keys, Dh;
@@ -44,47 +39,113 @@ struct Layouts {
   Layout q, k, v, o;  // the gradients take their tensor's layout
 };
 
-// Rows j of matrix m's keys (or values) as columns: kT[d * keys + j]. Scores and dP then come from
-// axpy over j (vertical SIMD) instead of one horizontal dot reduction per (i, j) pair; with
-// Dh = 24 the reductions were most of the kernel's time.
+// The four products of a matrix m run as register tiles (core/tiles.h): kRows rows x kCols
+// columns of sums, each kept in registers over the whole depth. An operand read by rows of
+// columns (x below) is copied once per matrix into a buffer padded with zeros to whole tiles.
+constexpr int kRows = 6;
+constexpr int64_t kCols = 16;
+int64_t padded(int64_t n) { return (n + kCols - 1) / kCols * kCols; }
+
+// the first Dh numbers of n rows `row` apart into out [n, ld], or transposed into out [Dh, ld]
 template <typename T>
-MF_ALWAYS_INLINE void transpose_rows(const T* rows, int64_t row, int64_t keys, int64_t Dh, T* out) {
-  for (int64_t j = 0; j < keys; ++j)
-    for (int64_t d = 0; d < Dh; ++d) out[d * keys + j] = rows[j * row + d];
+MF_ALWAYS_INLINE void copy_rows(const T* rows, int64_t row, int64_t n, int64_t Dh, T* out, int64_t ld) {
+  for (int64_t j = 0; j < n; ++j) std::copy(rows + j * row, rows + j * row + Dh, out + j * ld);
+}
+template <typename T>
+MF_ALWAYS_INLINE void transpose_rows(const T* rows, int64_t row, int64_t n, int64_t Dh, T* out, int64_t ld) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < Dh; ++d) out[d * ld + j] = rows[j * row + d];
 }
 
-// s[j] = sum_d a[d] xT[d * keys + j] for j < n
 template <typename T>
-MF_ALWAYS_INLINE void row_times(const T* a, const T* xT, int64_t keys, int64_t n, int64_t Dh, T* s) {
-  std::fill(s, s + n, T(0));
-  for (int64_t d = 0; d < Dh; ++d) axpy(a[d], xT + d * keys, s, n);
+struct Tile {
+  static constexpr int W = 32 / sizeof(T), NV = kCols / W;  // 256-bit vectors (see core/simd.h)
+  using Vec = typename tiles::Lanes<W, T>::Vec;
+  Vec acc[kRows][NV];
+  // columns [c0, c0 + n) of the first `rows` rows, n <= kCols
+  MF_ALWAYS_INLINE void store(T* const (&out)[kRows], int64_t rows, int64_t c0, int64_t n) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (n == kCols) {
+        for (int v = 0; v < NV; ++v) tiles::store<W>(out[r] + c0 + v * W, acc[r][v]);
+        continue;
+      }
+      T part[kCols];
+      for (int v = 0; v < NV; ++v) tiles::store<W>(part + v * W, acc[r][v]);
+      std::copy(part, part + n, out[r] + c0);
+    }
+  }
+};
+
+// out[r][c] = sum_{t < depth} a[r][t] x[t ld + c], c < cols (x's rows padded to whole tiles)
+template <typename T, typename Row>
+MF_ALWAYS_INLINE void rows_times(Row const (&a)[kRows], int64_t depth, const T* x, int64_t ld, int64_t cols,
+                                 T* const (&out)[kRows], int64_t rows) {
+  const T* in[kRows];
+  std::copy(a, a + kRows, in);
+  Tile<T> t;
+  for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
+    tiles::tile<Tile<T>::W, kRows, Tile<T>::NV>(in, depth, x + c0, ld, t.acc);
+    t.store(out, rows, c0, std::min(kCols, cols - c0));
+  }
 }
 
+// the same with a read by depth: out[r][c] = sum_{t < depth} a[t][off[r]] x[t ld + c]
+template <typename T>
+MF_ALWAYS_INLINE void depth_times(const T* const* a, const int64_t (&off)[kRows], int64_t depth, const T* x, int64_t ld,
+                                  int64_t cols, T* const (&out)[kRows], int64_t rows) {
+  Tile<T> t;
+  for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
+    tiles::tile_by_depth<Tile<T>::W, kRows, Tile<T>::NV>(a, off, depth, x + c0, ld, t.acc);
+    t.store(out, rows, c0, std::min(kCols, cols - c0));
+  }
+}
+
+// the kRows rows from `first` of a matrix whose rows lie `row` apart (the last repeated past n)
+template <typename T>
+MF_ALWAYS_INLINE void block_rows(T* base, int64_t row, int64_t first, int64_t n, T* (&out)[kRows]) {
+  for (int r = 0; r < kRows; ++r) out[r] = base + std::min<int64_t>(first + r, n - 1) * row;
+}
+
+// p_i = softmax(scale s_i) over keys j <= last, zeros after it up to `keys`
+template <typename T>
+MF_ALWAYS_INLINE void softmax_row(const T* s, T scale, int64_t last, int64_t keys, T* p) {
+#pragma omp simd
+  for (int64_t j = 0; j <= last; ++j) p[j] = scale * s[j];
+  const T top = *std::max_element(p, p + last + 1);
+  // the exponentials in a loop of their own, which vectorises through the shared polynomial
+#pragma omp simd
+  for (int64_t j = 0; j <= last; ++j) p[j] = exp_lanes(p[j] - top);
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j <= last; ++j) sum += p[j];
+#pragma omp simd
+  for (int64_t j = 0; j <= last; ++j) p[j] /= sum;
+  std::fill(p + last + 1, p + keys, T(0));
+}
+
+// S = Q K^T, P = softmax(scale S) row by row, O = P V
 template <typename T>
 MF_ALWAYS_INLINE void forward_range(const Shape& s, const Layouts& l, int64_t m0, int64_t m1, const T* q, const T* k,
                                     const T* v, T* p, T* o) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.Dh)));
-  std::vector<T> kT(s.Dh * s.keys), qi(s.Dh);
+  const int64_t nP = padded(s.keys), DhP = padded(s.Dh);
+  std::vector<T> kT(s.Dh * nP), vP(s.keys * DhP), scores(kRows * nP);
+  T* score_rows[kRows];
+  block_rows(scores.data(), nP, 0, kRows, score_rows);
   for (int64_t m = m0; m < m1; ++m) {
-    const T *qm = q + l.q.at(m), *vm = v + l.v.at(m);
-    transpose_rows(k + l.k.at(m), l.k.row, s.keys, s.Dh, kT.data());
-    for (int64_t i = 0; i < s.queries; ++i) {
-      T* pi = p + (m * s.queries + i) * s.keys;
-      T* oi = o + l.o.at(m) + i * l.o.row;
-      const int64_t last = s.last_key(i);
-      for (int64_t d = 0; d < s.Dh; ++d) qi[d] = scale * qm[i * l.q.row + d];
-      row_times(qi.data(), kT.data(), s.keys, last + 1, s.Dh, pi);
-      const T top = *std::max_element(pi, pi + last + 1);
-      // the exponentials in a loop of their own, which vectorises through the shared polynomial
-      // (std::exp inside the sum was a libm call per score)
-#pragma omp simd
-      for (int64_t j = 0; j <= last; ++j) pi[j] = exp_lanes(pi[j] - top);
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j <= last; ++j) sum += pi[j];
-      for (int64_t j = last + 1; j < s.keys; ++j) pi[j] = 0;
-      std::fill(oi, oi + s.Dh, T(0));
-      for (int64_t j = 0; j <= last; ++j) axpy(pi[j] /= sum, vm + j * l.v.row, oi, s.Dh);
+    transpose_rows(k + l.k.at(m), l.k.row, s.keys, s.Dh, kT.data(), nP);
+    copy_rows(v + l.v.at(m), l.v.row, s.keys, s.Dh, vP.data(), DhP);
+    T* pm = p + m * s.queries * s.keys;
+    for (int64_t i0 = 0; i0 < s.queries; i0 += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, s.queries - i0), span = s.last_key(i0 + rows - 1) + 1;
+      const T* q_rows[kRows];
+      T *p_rows[kRows], *o_rows[kRows];
+      block_rows(q + l.q.at(m), l.q.row, i0, s.queries, q_rows);
+      block_rows(pm, s.keys, i0, s.queries, p_rows);
+      block_rows(o + l.o.at(m), l.o.row, i0, s.queries, o_rows);
+      rows_times(q_rows, s.Dh, kT.data(), nP, span, score_rows, rows);
+      for (int64_t r = 0; r < rows; ++r) softmax_row(score_rows[r], scale, s.last_key(i0 + r), s.keys, p_rows[r]);
+      rows_times(p_rows, span, vP.data(), DhP, s.Dh, o_rows, rows);
     }
   }
 }
@@ -103,36 +164,56 @@ void forward_kernel(const Shape& s, const Layouts& l, const T* q, const T* k, co
   at::parallel_for(0, s.BH, 1, [&](int64_t m0, int64_t m1) { forward_matrices(s, l, m0, m1, q, k, v, p, o); });
 }
 
+// dP = dO V^T; G = scale P o (dP - rowsum(P o dP)); dQ = G K; dV = P^T dO; dK = G^T Q
 template <typename T>
 MF_ALWAYS_INLINE void backward_range(const Shape& s, const Layouts& l, int64_t m0, int64_t m1, const T* q, const T* k,
                                      const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.Dh)));
-  std::vector<T> ds(s.keys), vT(s.Dh * s.keys);
+  const int64_t nP = padded(s.keys), DhP = padded(s.Dh);
+  std::vector<T> vT(s.Dh * nP), kP(s.keys * DhP), qP(s.queries * DhP), doP(s.queries * DhP), dp(kRows * nP),
+      g(s.queries * nP);
+  std::vector<const T*> p_by_query(s.queries), g_by_query(s.queries);
+  T* dp_rows[kRows];
+  block_rows(dp.data(), nP, 0, kRows, dp_rows);
+  for (int64_t i = 0; i < s.queries; ++i) g_by_query[i] = g.data() + i * nP;
   for (int64_t m = m0; m < m1; ++m) {
-    const T *qm = q + l.q.at(m), *km = k + l.k.at(m), *dom = dout + l.o.at(m);
-    T *dqm = dq + l.q.at(m), *dkm = dk + l.k.at(m), *dvm = dv + l.v.at(m);
-    transpose_rows(v + l.v.at(m), l.v.row, s.keys, s.Dh, vT.data());
-    for (int64_t j = 0; j < s.keys; ++j) {
-      std::fill(dkm + j * l.k.row, dkm + j * l.k.row + s.Dh, T(0));
-      std::fill(dvm + j * l.v.row, dvm + j * l.v.row + s.Dh, T(0));
+    transpose_rows(v + l.v.at(m), l.v.row, s.keys, s.Dh, vT.data(), nP);
+    copy_rows(k + l.k.at(m), l.k.row, s.keys, s.Dh, kP.data(), DhP);
+    copy_rows(q + l.q.at(m), l.q.row, s.queries, s.Dh, qP.data(), DhP);
+    copy_rows(dout + l.o.at(m), l.o.row, s.queries, s.Dh, doP.data(), DhP);
+    const T* pm = p + m * s.queries * s.keys;
+    for (int64_t i = 0; i < s.queries; ++i) p_by_query[i] = pm + i * s.keys;
+    for (int64_t i0 = 0; i0 < s.queries; i0 += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, s.queries - i0), span = s.last_key(i0 + rows - 1) + 1;
+      T *do_rows[kRows], *g_rows[kRows], *dq_rows[kRows];
+      block_rows(doP.data(), DhP, i0, s.queries, do_rows);
+      block_rows(g.data(), nP, i0, s.queries, g_rows);
+      block_rows(dq + l.q.at(m), l.q.row, i0, s.queries, dq_rows);
+      rows_times(do_rows, s.Dh, vT.data(), nP, span, dp_rows, rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *pi = p_by_query[i0 + r], *dpi = dp_rows[r];
+        const int64_t last = s.last_key(i0 + r);
+        T mean = 0;  // sum_l P_il dP_il
+#pragma omp simd reduction(+ : mean)
+        for (int64_t j = 0; j <= last; ++j) mean += pi[j] * dpi[j];
+        T* gi = g_rows[r];
+#pragma omp simd
+        for (int64_t j = 0; j <= last; ++j) gi[j] = scale * pi[j] * (dpi[j] - mean);
+        std::fill(gi + last + 1, gi + s.keys, T(0));
+      }
+      rows_times(g_rows, span, kP.data(), DhP, s.Dh, dq_rows, rows);
     }
-    for (int64_t i = 0; i < s.queries; ++i) {
-      const T* pi = p + (m * s.queries + i) * s.keys;
-      const T* doi = dom + i * l.o.row;
-      const int64_t last = s.last_key(i);
-      row_times(doi, vT.data(), s.keys, last + 1, s.Dh, ds.data());  // dP_ij = dO_i . v_j
-      T mean = 0;                                                    // sum_l P_il dP_il
-      for (int64_t j = 0; j <= last; ++j) {
-        mean += pi[j] * ds[j];
-        axpy(pi[j], doi, dvm + j * l.v.row, s.Dh);
-      }
-      T* dqi = dqm + i * l.q.row;
-      std::fill(dqi, dqi + s.Dh, T(0));
-      for (int64_t j = 0; j <= last; ++j) {
-        const T g = scale * pi[j] * (ds[j] - mean);
-        axpy(g, km + j * l.k.row, dqi, s.Dh);
-        axpy(g, qm + i * l.q.row, dkm + j * l.k.row, s.Dh);
-      }
+    for (int64_t j0 = 0; j0 < s.keys; j0 += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, s.keys - j0);
+      const int64_t first = s.causal ? std::max<int64_t>(0, j0 - (s.keys - s.queries)) : 0;  // queries before see none
+      int64_t off[kRows];
+      for (int r = 0; r < kRows; ++r) off[r] = std::min<int64_t>(j0 + r, s.keys - 1);
+      T *dv_rows[kRows], *dk_rows[kRows];
+      block_rows(dv + l.v.at(m), l.v.row, j0, s.keys, dv_rows);
+      block_rows(dk + l.k.at(m), l.k.row, j0, s.keys, dk_rows);
+      const int64_t depth = s.queries - first;
+      depth_times(p_by_query.data() + first, off, depth, doP.data() + first * DhP, DhP, s.Dh, dv_rows, rows);
+      depth_times(g_by_query.data() + first, off, depth, qP.data() + first * DhP, DhP, s.Dh, dk_rows, rows);
     }
   }
 }

@@ -142,7 +142,8 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
     bool causal;
   };
   for (auto c : {Case{2, 3, 5, 5, 4, false}, Case{2, 3, 5, 5, 4, true}, Case{1, 2, 3, 7, 5, true} /* a cache of 4 */,
-                 Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}, Case{1, 2, 90, 130, 8, true}}) {
+                 Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}, Case{1, 2, 90, 130, 8, true},
+                 Case{1, 1, 19, 37, 40, true} /* tiles of 4 rows x 16 columns and their tails */}) {
     auto q = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64).requires_grad_(true);
     auto k = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
     auto v = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
