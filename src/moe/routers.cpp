@@ -14,6 +14,7 @@
 #include "core/tiles_linear.h"
 #include "core/util.h"
 #include "moe/select_rows.h"
+#include "moe/softmax_top_k.h"
 
 namespace mf {
 
@@ -38,9 +39,9 @@ at::Tensor sequence_aux_loss(const at::Tensor& scores_TE, const at::Tensor& toke
   return alpha * (f_BE * P_BE).sum(1).mean();
 }
 
-at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta) {
-  return beta * logits_TE.logsumexp(-1).pow(2).mean();
-}
+at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta) { return lse_z_loss(logits_TE.logsumexp(-1), beta); }
+
+at::Tensor lse_z_loss(const at::Tensor& lse_T, double beta) { return beta * lse_T.pow(2).mean(); }
 
 at::Tensor top_p_counts(const at::Tensor& probs_TE, double threshold) {
   auto sorted_TE = std::get<0>(probs_TE.sort(-1, /*descending=*/true));
@@ -100,10 +101,14 @@ static bool is_top_k(RouterKind k) {
   return k == RouterKind::SoftmaxTopK || k == RouterKind::SigmoidTopK || k == RouterKind::NormTopK;
 }
 
-RouterImpl::Scores RouterImpl::score(const at::Tensor& x_TD) const {
+at::Tensor RouterImpl::logits(const at::Tensor& x_TD) const {
   const auto dtype = x_TD.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // router math in fp32
+  return tiles_linear(x_TD.to(dtype).contiguous(), weight.to(dtype));
+}
+
+RouterImpl::Scores RouterImpl::score(const at::Tensor& x_TD) const {
   Scores s;
-  s.logits_TE = tiles_linear(x_TD.to(dtype).contiguous(), weight.to(dtype));
+  s.logits_TE = logits(x_TD);
   s.probs_TE = s.logits_TE.softmax(-1);
   switch (opt_.kind) {
     case RouterKind::SigmoidTopK: s.select_TE = s.logits_TE.sigmoid(); break;
@@ -123,9 +128,7 @@ RouterImpl::Selection RouterImpl::select(const Scores& s) {
   if (is_top_k(opt_.kind)) {
     auto key_TE = s.select_TE.detach();
     if (opt_.bias_update > 0) key_TE = key_TE + selection_bias.to(key_TE.dtype());
-    sel.index_TK = top_k_index(key_TE, K);
-    sel.token_P = rows_T.repeat_interleave(K);
-    sel.unit_P = sel.index_TK.reshape({-1});
+    return top_k_pairs(top_k_index(key_TE, K));
   } else if (opt_.kind == RouterKind::TopP) {
     auto [sorted_TE, order_TE] = s.probs_TE.sort(-1, /*descending=*/true);
     auto counts_T = top_p_counts(s.probs_TE.detach(), opt_.top_p);
@@ -144,6 +147,14 @@ RouterImpl::Selection RouterImpl::select(const Scores& s) {
     sel.token_P = rows_T.repeat_interleave(K);
     sel.unit_P = std::get<1>(noise_TE.topk(K, -1)).reshape({-1}).to(s.logits_TE.device());
   }
+  return sel;
+}
+
+RouterImpl::Selection RouterImpl::top_k_pairs(const at::Tensor& index_TK) const {
+  Selection sel;
+  sel.index_TK = index_TK;
+  sel.token_P = torch::arange(index_TK.size(0), index_TK.options()).repeat_interleave(index_TK.size(1));
+  sel.unit_P = index_TK.reshape({-1});
   return sel;
 }
 
@@ -167,21 +178,37 @@ at::Tensor RouterImpl::weight_pairs(const Scores& s, const Selection& sel) const
 }
 
 RouterOutput RouterImpl::forward(const at::Tensor& x_TD) {
-  const auto s = score(x_TD);
-  const auto sel = select(s);
+  Scores s;
+  Selection sel;
+  at::Tensor weight_P, lse_T;
+  if (opt_.kind == RouterKind::SoftmaxTopK && x_TD.is_cpu() && x_TD.dim() == 2) {  // logits: float32 or float64
+    s.logits_TE = logits(x_TD);  // softmax, top-k, weights and logsumexp in one pass (moe/softmax_top_k)
+    auto f =
+        softmax_top_k(s.logits_TE, opt_.top_k, opt_.renormalize, opt_.bias_update > 0 ? selection_bias : at::Tensor());
+    s.probs_TE = s.select_TE = f.probs_TE;
+    sel = top_k_pairs(f.index_TK);
+    weight_P = f.weight_TK.reshape({-1});
+    lse_T = f.lse_T;
+  } else {
+    s = score(x_TD);
+    sel = select(s);
+    weight_P = weight_pairs(s, sel);
+  }
   RouterOutput out;
   auto& a = out.assignment;
   a.num_tokens = x_TD.size(0);
   a.num_units = opt_.num_experts;
   a.token_P = sel.token_P;
   a.unit_P = sel.unit_P;
-  a.weight_P = weight_pairs(s, sel);
+  a.weight_P = weight_P;
   if (gate_scale.defined()) a.weight_P = a.weight_P * gate_scale.to(a.weight_P.dtype());
   // balance losses act on the softmax probabilities, or on NormRouter's scores
   out.scores_TE = opt_.kind == RouterKind::NormTopK ? s.select_TE : s.probs_TE;
   if (opt_.aux_loss_coef > 0)
     out.losses.emplace_back("aux", switch_aux_loss(out.scores_TE, a.unit_P, opt_.num_experts, opt_.aux_loss_coef));
-  if (opt_.z_loss_coef > 0) out.losses.emplace_back("z", router_z_loss(s.logits_TE, opt_.z_loss_coef));
+  if (opt_.z_loss_coef > 0)
+    out.losses.emplace_back(
+        "z", lse_T.defined() ? lse_z_loss(lse_T, opt_.z_loss_coef) : router_z_loss(s.logits_TE, opt_.z_loss_coef));
   if (opt_.seq_aux_loss_coef > 0 && seq_len_ > 0) {
     const bool normalise = opt_.kind == RouterKind::SigmoidTopK || opt_.kind == RouterKind::NormTopK;
     auto seq_scores_TE = normalise ? s.select_TE / s.select_TE.sum(-1, true).clamp_min(1e-30) : s.probs_TE;

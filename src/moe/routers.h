@@ -42,8 +42,9 @@ at::Tensor switch_aux_loss(const at::Tensor& probs_TE, const at::Tensor& unit_P,
 // NormRouter scores divided by their sum). Uniform routing gives alpha.
 at::Tensor sequence_aux_loss(const at::Tensor& scores_TE, const at::Tensor& token_P, const at::Tensor& unit_P,
                              int64_t seq_len, int64_t top_k, double alpha);
-// L_z = beta * mean_t logsumexp(z_t)^2
+// L_z = beta * mean_t logsumexp(z_t)^2 (from the logits, or from their logsumexp lse_T)
 at::Tensor router_z_loss(const at::Tensor& logits_TE, double beta);
+at::Tensor lse_z_loss(const at::Tensor& lse_T, double beta);
 // smallest prefix of p sorted descending whose mass >= threshold: the number of units per token
 at::Tensor top_p_counts(const at::Tensor& probs_TE, double threshold);
 
@@ -78,8 +79,10 @@ class RouterImpl : public torch::nn::Module, public DeclaresParamRoles {
     at::Tensor index_TK;                    // top-k: the units of each token
     at::Tensor sorted_TE, keep_TE, rank_P;  // top-p: probs sorted per token, kept prefix, rank of pair p
   };
+  at::Tensor logits(const at::Tensor& x_TD) const;
   Scores score(const at::Tensor& x_TD) const;
   Selection select(const Scores& s);
+  Selection top_k_pairs(const at::Tensor& index_TK) const;  // top-k: pairs token-major
   at::Tensor weight_pairs(const Scores& s, const Selection& sel) const;
 
   RouterOptions opt_;
