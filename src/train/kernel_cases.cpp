@@ -17,6 +17,7 @@
 #include "moe/fused_units.h"
 #include "moe/grouped_ffn.h"
 #include "moe/select_rows.h"
+#include "moe/softmax_top_k.h"
 #include "train/fused_adamw.h"
 
 namespace mf {
@@ -89,6 +90,36 @@ KernelCase top_k_case(CaseSize size, at::ScalarType dtype) {
   KernelCase c{"top-k per token (router)", fmt::format("T={} E={} k={}", T, E, K), static_cast<double>(T * E), 1e-6};
   c.ours = [=] { return Outputs{s.gather(1, top_k_index(s, K))}; };
   c.reference = [=] { return Outputs{std::get<0>(s.topk(K, -1, true, true))}; };
+  return c;
+}
+
+// The softmax router's outputs and their gradient against LibTorch's composition; both pick with
+// top_k_index (the top-k case above compares the picks).
+KernelCase softmax_top_k_case(CaseSize size, at::ScalarType dtype) {
+  const int64_t T = size == CaseSize::Perf ? 4096 : 37, E = size == CaseSize::Perf ? 128 : 24, K = 8;
+  auto z = input({T, E}, dtype, true), up = input({T * (E + K + 1)}, dtype);
+  KernelCase c{"softmax router (probs, top-k, weights, lse), fwd+bwd", fmt::format("T={} E={} k={}", T, E, K),
+               static_cast<double>(T * E), 1e-5};
+  const auto flat = [](const at::Tensor& p, const at::Tensor& w, const at::Tensor& lse) {
+    return at::cat({p.reshape(-1), w.reshape(-1), lse});
+  };
+  c.ours = [=] {
+    return forward_backward(
+        [=] {
+          const auto r = softmax_top_k(z, K, true);
+          return flat(r.probs_TE, r.weight_TK, r.lse_T);
+        },
+        {z}, up);
+  };
+  c.reference = [=] {
+    return forward_backward(
+        [=] {
+          auto p = z.softmax(-1);
+          auto w = p.gather(1, top_k_index(p.detach(), K));
+          return flat(p, w / w.sum(-1, true), z.logsumexp(-1));
+        },
+        {z}, up);
+  };
   return c;
 }
 
@@ -339,6 +370,7 @@ std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   return {combine_case(size, dtype),
           gather_case(size, dtype),
           top_k_case(size, dtype),
+          softmax_top_k_case(size, dtype),
           unit_order_case(size, dtype),
           grouped_case(size, dtype),
           combined_training_case(size, dtype, false),

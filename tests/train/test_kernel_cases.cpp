@@ -59,6 +59,7 @@ TEST(KernelCases, FlopCountsByHand) {
   EXPECT_DOUBLE_EQ(flops.at("gather rows (combine's adjoint), fwd+bwd"), 296.0 * 24);
   // the selections count one operation per score (T 37 x E 24) and per pair (300)
   EXPECT_DOUBLE_EQ(flops.at("top-k per token (router)"), 37.0 * 24);
+  EXPECT_DOUBLE_EQ(flops.at("softmax router (probs, top-k, weights, lse), fwd+bwd"), 37.0 * 24);
   EXPECT_DOUBLE_EQ(flops.at("pairs in unit order (stable)"), 300.0);
   // fwd + bwd of SwiGLU experts: 3 matrices of D x F, 2 flops a multiply-add, 3 passes; P = 29 x 2
   EXPECT_DOUBLE_EQ(flops.at("grouped units (training), fwd+bwd"), 18.0 * 58 * 16 * 12);
