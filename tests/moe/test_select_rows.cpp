@@ -81,9 +81,10 @@ TEST(SelectRows, TopKOfLongRowsWithTiesAndNaN) {
     }
 }
 
-// K from 16 on: the K-th largest found bit by bit on integer keys. -0 and +0 are one score (ties
-// in column order), negatives order below them by magnitude, a tie at the K-th place keeps the
-// first columns, and every dtype's extremes keep their order; against the stable sort.
+// K from 16 on: the K-th largest found bit by bit on integer keys (below 16, the lanes' floor).
+// -0 and +0 are one score (ties in column order), negatives order below them by magnitude, a tie
+// at the K-th place keeps the first columns, and every dtype's extremes keep their order; against
+// the stable sort.
 TEST(SelectRows, TopKWithoutBranchesOnSignedZerosNegativesAndTies) {
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> row = {-0.0, 0.0, -1.0, 2.0, -0.0, -2.5, 1e-30, -1e-30, 0.0, inf, -inf, 2.0,
@@ -95,6 +96,15 @@ TEST(SelectRows, TopKWithoutBranchesOnSignedZerosNegativesAndTies) {
   // the first 16: inf, 1e30, 7, the three 2s, the two 0.5s, 1e-30, then seven of the nine zeros
   auto s = torch::tensor(row, torch::kFloat32).view({1, -1});
   EXPECT_TRUE(top_k_index(s, 16).equal(long_rows({{9, 18, 15, 3, 11, 20, 13, 21, 6, 0, 1, 4, 8, 14, 16, 22}})));
+  // below K 16 with E a multiple of 16: the lanes' floor, the same rules
+  auto wide = row;
+  wide.insert(wide.end(), {0.0, -0.0, 2.0, -1e-30, 0.5, -inf, 0.0, -0.0});
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    auto w = torch::tensor(wide, torch::kFloat64).view({1, 32}).to(dtype);
+    for (int64_t K : {1, 4, 8, 12, 15}) EXPECT_TRUE(top_k_index(w, K).equal(stable_top_k(w, K))) << "K " << K;
+  }
+  auto lows = torch::full({1, 16}, -inf, torch::kFloat32);  // every score -inf: the first K columns
+  EXPECT_TRUE(top_k_index(lows, 3).equal(long_rows({{0, 1, 2}})));
 }
 
 TEST(SelectRows, UnitOrderIsTheStableSort) {
