@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/bandwidth.h"
 #include "core/peer.h"
+#include "core/q8.h"
 #include "core/runtime.h"
 #include "core/timing.h"
 #include "io/model_io.h"
@@ -30,6 +32,44 @@ double prefill_speed(TransformerLM& model, int64_t length) {
   o.temperature = 0;
   o.max_tokens = 1;
   return static_cast<double>(length) / best_seconds(3, [&] { generate_batch(model, {prompt}, o); });
+}
+
+// bytes a weight is held in: int8 as q8 blocks of 32 numbers and a float32 scale (core/q8.h)
+double weight_bytes(const std::string& held) {
+  return held == "f32" ? 4.0 : held == "bf16" ? 2.0 : 1.0 + 4.0 / static_cast<double>(kQ8Block);
+}
+
+// One greedy decode of `prompts` timed whole (prompt processing included, as the peers time theirs)
+// and from its first new token on: the decode steps alone, whose bytes the bandwidth bound counts.
+struct DecodeTiming {
+  double seconds = 0, step_seconds = 0;  // from the start; from the first new token to the last
+  int64_t produced = 0, steps = 1;       // new tokens of all rows; of the longest row
+  int64_t step_tokens = 0;               // new tokens after each row's first
+  double step_tokens_per_s() const { return step_seconds > 0 ? static_cast<double>(step_tokens) / step_seconds : 0; }
+};
+
+DecodeTiming timed_decode(TransformerLM& model, const std::vector<std::vector<int>>& prompts, const SamplingOptions& o,
+                          DecodePath path) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int64_t> counts(prompts.size(), 0);
+  std::optional<Clock::time_point> first;
+  Clock::time_point last;
+  std::vector<DecodeRow> rows;
+  for (size_t r = 0; r < prompts.size(); ++r)
+    rows.push_back({prompts[r], o, [&, r](int) {
+                      last = Clock::now();
+                      if (!first) first = last;
+                      ++counts[r];
+                      return true;
+                    }});
+  const auto t0 = Clock::now();
+  decode_rows(model, rows, path);
+  DecodeTiming t;
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (first) t.step_seconds = std::chrono::duration<double>(last - *first).count();
+  for (int64_t n : counts)
+    t.produced += n, t.steps = std::max(t.steps, n), t.step_tokens += std::max<int64_t>(0, n - 1);
+  return t;
 }
 
 }  // namespace
@@ -79,14 +119,10 @@ GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len
       for (auto path : paths) {
         generate_batch(model, prompts, o, path);  // warm-up
         OpCounter calls;
-        const auto t0 = std::chrono::steady_clock::now();
-        const auto out = generate_batch(model, prompts, o, path);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        int64_t produced = 0, steps = 1;
-        for (auto& row : out) produced += static_cast<int64_t>(row.size());
-        for (auto& row : out) steps = std::max(steps, static_cast<int64_t>(row.size()));
+        const auto t = timed_decode(model, prompts, o, path);
         r.rows.push_back({batch, held, path == DecodePath::Engine ? "engine" : "modules",
-                          static_cast<double>(produced) / s, static_cast<double>(calls.calls()) / steps});
+                          static_cast<double>(t.produced) / t.seconds, t.step_tokens_per_s(),
+                          static_cast<double>(calls.calls()) / t.steps});
       }
     }
   }
@@ -112,6 +148,8 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                                        {"weights", "weights", "", -8},
                                        {"decode", "decode", "", -8},
                                        {"tokens_per_s", "ours tokens/s", "{:.1f}", 14},
+                                       {"step_tokens_per_s", "decode steps tokens/s", "{:.1f}", 22},
+                                       {"vs_bound", "steps vs bound", "{:.2f}x", 15},
                                        {"calls_per_step", "LibTorch calls/step", "{:.0f}", 20},
                                        {"pytorch_tokens_per_s", "PyTorch tokens/s", "{:.1f}", 18},
                                        {"vs_pytorch", "ours vs PyTorch", "{:.2f}x", 16},
@@ -143,7 +181,10 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
                             {"weights", row.weights},
                             {"decode", row.decode},
                             {"tokens_per_s", row.tokens_per_s},
+                            {"step_tokens_per_s", row.step_tokens_per_s},
                             {"calls_per_step", row.calls_per_step}};
+    if (row.batch == 1 && r.bound_tokens_per_s > 0)  // the bound of weights held narrower: that many fewer bytes
+      cells["vs_bound"] = row.step_tokens_per_s / (r.bound_tokens_per_s * 4.0 / weight_bytes(row.weights));
     const auto peer_key = fmt::format("batch{}_tokens_per_s", row.batch);  // PyTorch's float32
     if (theirs.contains(peer_key) && theirs[peer_key].get<double>() > 0)
       cells["pytorch_tokens_per_s"] = theirs[peer_key],
@@ -155,6 +196,7 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
       cells["vs_llama_q8_0"] = row.tokens_per_s / ll["q8_0"].get<double>();
     out.table.add(cells);
     out.json["moeforge"][key] = row.tokens_per_s;
+    out.json["moeforge"][key.substr(0, key.size() - 12) + "steps_tokens_per_s"] = row.step_tokens_per_s;
     out.json["moeforge"][key.substr(0, key.size() - 12) + "calls_per_step"] = row.calls_per_step;
   }
   for (const auto& row : r.prefill) {
@@ -186,7 +228,9 @@ GenerateBenchReport generate_bench_report(const GenerateBenchResult& r, const st
         ll["f16_threads"].get<int>(), ll["q8_0"].get<double>(), ll["q8_0_threads"].get<int>());
   out.note += fmt::format(
       "bandwidth bound at batch 1: {:.1f} MB of active weights per step read at {:.1f} GB/s (a streaming read, the "
-      "faster of before and after decoding) = {:.0f} tokens/s (bf16 about 2x that, int8 about 3.6x; a copy ran at "
+      "faster of before and after decoding) = {:.0f} tokens/s (bf16 about 2x that, int8 about 3.6x: the matrices held "
+      "narrow; "
+      "\"steps vs bound\" divides the decode steps' rate, the prompt's processing left out, by it; a copy ran at "
       "{:.1f} GB/s read + write); {} prompt + {} new tokens, greedy, {} threads\n",
       r.weight_bytes_per_step / 1e6, r.read_gbs, r.bound_tokens_per_s, r.copy_gbs, prompt_len, new_tokens, threads);
   return out;

@@ -17,6 +17,7 @@ struct GenerateBenchRow {
   std::string weights = "f32";    // the dtype the weights were held in (model/weight_dtype.h)
   std::string decode = "engine";  // the decode engine (serve/decode_engine.h) or the modules
   double tokens_per_s = 0;        // generated tokens (all rows) per second, prefill included
+  double step_tokens_per_s = 0;   // the decode steps alone: tokens after each row's first, from the first to the last
   double calls_per_step = 0;      // LibTorch operator calls per decode step (prefill and sampling included)
 };
 
