@@ -3,6 +3,8 @@
 #include "core/bf16.h"
 
 #include "model/moe_ffn.h"
+#include "model/rms_norm_rows.h"
+#include "model/rope_rows.h"
 #include "model/small_attention.h"
 
 #include <torch/nn/functional/activation.h>
@@ -22,10 +24,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto rms = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return x * rms * weight;
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm_rows(x, weight, eps); }
 
 RopeTable::RopeTable(int64_t max_seq, int64_t head_dim, double theta) {
   auto half = head_dim / 2;
@@ -37,14 +36,12 @@ RopeTable::RopeTable(int64_t max_seq, int64_t head_dim, double theta) {
 }
 
 torch::Tensor RopeTable::apply(const torch::Tensor& x, int64_t start_pos) const {
-  auto T = x.size(2), D = x.size(3);
+  auto T = x.size(2);
   TORCH_CHECK(start_pos + T <= cos.size(0), "sequence position ", start_pos + T, " exceeds model.max_seq_len ",
               cos.size(0));
   auto c = cos.narrow(0, start_pos, T).to(x.dtype());
   auto s = sin.narrow(0, start_pos, T).to(x.dtype());
-  auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
-  auto rotated = torch::cat({-x2, x1}, -1);
-  return x * c + rotated * s;
+  return rope_rows(x, c, s);
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)

@@ -10,7 +10,6 @@
 #include "core/tiles_linear.h"
 #include "core/timing.h"
 #include "core/unit_gemm.h"
-#include "model/small_attention.h"
 #include "moe/banks.h"
 #include "moe/combine.h"
 #include "moe/combined_ffn.h"
@@ -19,28 +18,12 @@
 #include "moe/select_rows.h"
 #include "moe/softmax_top_k.h"
 #include "train/fused_adamw.h"
+#include "train/kernel_case_parts.h"
 
 namespace mf {
 namespace {
 
-using Outputs = std::vector<at::Tensor>;
-
-// Seeded float64 values cast to the case's dtype: the float32 and float64 tables see the same inputs.
-at::Tensor input(at::IntArrayRef shape, at::ScalarType dtype, bool grad = false) {
-  auto t = torch::randn(shape, torch::kFloat64).to(dtype);
-  return grad ? t.requires_grad_(true) : t;
-}
-
-// The output of f and the gradients of `leaves` under the upstream gradient `up`.
-Outputs forward_backward(const std::function<at::Tensor()>& f, const std::vector<at::Tensor>& leaves,
-                         const at::Tensor& up) {
-  for (auto x : leaves) x.mutable_grad() = at::Tensor();
-  auto y = f();
-  y.backward(up);
-  Outputs out{y.detach()};
-  for (auto& x : leaves) out.push_back(x.grad().clone());
-  return out;
-}
+using namespace cases;
 
 // P pairs sorted by unit (tokens ascending within a unit) over U units and T tokens, as the
 // dispatcher hands them over; counts_U per unit
@@ -246,38 +229,6 @@ KernelCase units_case(CaseSize size, at::ScalarType dtype, int64_t blocks, bool 
   return c;
 }
 
-// The ViT's attention (packed projection, 17 tokens) and an LM's causal attention (the
-// quickstart's heads and windows; the test size has more than 64 keys) against matmul/softmax.
-KernelCase attention_case(CaseSize size, at::ScalarType dtype, bool causal) {
-  const bool perf = size == CaseSize::Perf;
-  const int64_t B = causal ? (perf ? 16 : 2) : (perf ? 128 : 3), H = causal ? (perf ? 8 : 3) : 4;
-  const int64_t N = causal ? (perf ? 128 : 70) : 17, Dh = causal ? (perf ? 32 : 8) : (perf ? 24 : 8);
-  auto qkv = input({B, N, 3, H, Dh}, dtype, true), up = input({B, N, H, Dh}, dtype);
-  const auto heads = [=] { return qkv.permute({2, 0, 3, 1, 4}); };  // [3, B, H, N, Dh]
-  KernelCase c{causal ? "causal attention, fwd+bwd" : "small attention, fwd+bwd",
-               fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh), (causal ? 6.0 : 12.0) * B * H * N * N * Dh, 1e-5};
-  c.ours = [=] {
-    return forward_backward(
-        [=] {
-          if (!causal) return small_attention_packed(qkv, false);
-          const auto h = heads();
-          return small_attention(h[0], h[1], h[2], true).transpose(1, 2);
-        },
-        {qkv}, up);
-  };
-  c.reference = [=] {
-    return forward_backward(
-        [=] {
-          const auto h = heads();
-          auto s = torch::matmul(h[0], h[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
-          if (causal) s = s.masked_fill(torch::ones({N, N}, torch::kBool).triu(1), -INFINITY);
-          return torch::matmul(torch::softmax(s, -1), h[2]).transpose(1, 2);
-        },
-        {qkv}, up);
-  };
-  return c;
-}
-
 KernelCase adamw_case(CaseSize size, at::ScalarType dtype) {
   // perf: the quickstart model's tensors (embedding, head, per layer experts and attention)
   std::vector<std::vector<int64_t>> shapes = {{37, 5}, {300000}};
@@ -367,30 +318,30 @@ KernelCase linear_case(CaseSize size, at::ScalarType dtype) {
 
 std::vector<KernelCase> kernel_cases(CaseSize size, at::ScalarType dtype) {
   torch::manual_seed(0);
-  return {combine_case(size, dtype),
-          gather_case(size, dtype),
-          top_k_case(size, dtype),
-          softmax_top_k_case(size, dtype),
-          unit_order_case(size, dtype),
-          grouped_case(size, dtype),
-          combined_training_case(size, dtype, false),
-          combined_training_case(size, dtype, true),
-          units_case(size, dtype, 1, false),
-          units_case(size, dtype, 8, false),
-          units_case(size, dtype, 1, true),
-          units_case(size, dtype, 8, true),
-          attention_case(size, dtype, false),
-          attention_case(size, dtype, true),
-          adamw_case(size, dtype),
-          linear_case(size, dtype),
-          held_case(size, dtype, at::kBFloat16, 1),
-          held_case(size, dtype, at::kBFloat16, 2),
-          held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),
-          held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 256 : 131),
-          held_case(size, dtype, at::kChar, 1),
-          held_case(size, dtype, at::kChar, 2),
-          held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 64 : 7),
-          held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 256 : 131)};
+  std::vector<KernelCase> out{combine_case(size, dtype),
+                              gather_case(size, dtype),
+                              top_k_case(size, dtype),
+                              softmax_top_k_case(size, dtype),
+                              unit_order_case(size, dtype),
+                              grouped_case(size, dtype),
+                              combined_training_case(size, dtype, false),
+                              combined_training_case(size, dtype, true),
+                              units_case(size, dtype, 1, false),
+                              units_case(size, dtype, 8, false),
+                              units_case(size, dtype, 1, true),
+                              units_case(size, dtype, 8, true),
+                              adamw_case(size, dtype),
+                              linear_case(size, dtype),
+                              held_case(size, dtype, at::kBFloat16, 1),
+                              held_case(size, dtype, at::kBFloat16, 2),
+                              held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 64 : 7),
+                              held_case(size, dtype, at::kBFloat16, size == CaseSize::Perf ? 256 : 131),
+                              held_case(size, dtype, at::kChar, 1),
+                              held_case(size, dtype, at::kChar, 2),
+                              held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 64 : 7),
+                              held_case(size, dtype, at::kChar, size == CaseSize::Perf ? 256 : 131)};
+  for (auto& c : model_kernel_cases(size, dtype)) out.push_back(std::move(c));
+  return out;
 }
 
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
