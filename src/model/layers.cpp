@@ -84,12 +84,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTable& ro
     cache->v = v;
   }
   const auto S = k.size(2);
-  if (n_kv_heads != n_heads) {  // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
+  torch::Tensor out;
+  if (small_attention_applies(q, S)) {
+    out = small_attention(q, k, v, /*causal=*/true);  // GQA read in place
+  } else if (n_kv_heads != n_heads) {                 // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
     k = k.repeat_interleave(n_heads / n_kv_heads, 1);
     v = v.repeat_interleave(n_heads / n_kv_heads, 1);
   }
-  torch::Tensor out;
-  if (small_attention_applies(q, S)) out = small_attention(q, k, v, /*causal=*/true);
 #if TORCH_VERSION_MAJOR >= 2
   if (!out.defined() && start == 0) out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #endif

@@ -23,16 +23,18 @@ struct Shape {
   int64_t last_key(int64_t i) const { return causal ? i + keys - queries : keys - 1; }  // inclusive
 };
 
-// Where matrix m = (batch m / heads, head m % heads) and its rows lie in a tensor: rows of Dh
-// contiguous elements, `row` apart. [B, H, queries, Dh] contiguous and the projection's packed
-// [B, L, 3, H, Dh] (q, k, v at offsets 0, H Dh, 2 H Dh) are both such layouts.
+// Where matrix m = (batch m / heads, query head m % heads) and its rows lie in a tensor: rows of
+// Dh contiguous elements, `row` apart; a tensor of kv heads holds query head h's at h / group.
+// [B, H, queries, Dh] contiguous and the projection's packed [B, L, 3, H, Dh] (q, k, v at offsets
+// 0, H Dh, 2 H Dh) are both such layouts.
 struct Layout {
-  int64_t heads, batch, head, row;
-  int64_t at(int64_t m) const { return (m / heads) * batch + (m % heads) * head; }
+  int64_t heads, batch, head, row, group = 1;
+  int64_t at(int64_t m) const { return (m / heads) * batch + (m % heads) / group * head; }
 };
 
-Layout heads_major(const at::Tensor& t) {  // [B, H, queries, Dh] contiguous
-  return {t.size(1), t.size(1) * t.size(2) * t.size(3), t.size(2) * t.size(3), t.size(3)};
+// [B, H / group, queries, Dh] contiguous, read by the H query heads
+Layout heads_major(const at::Tensor& t, int64_t group = 1) {
+  return {t.size(1) * group, t.size(1) * t.size(2) * t.size(3), t.size(2) * t.size(3), t.size(3), group};
 }
 
 struct Layouts {
@@ -62,16 +64,20 @@ struct Tile {
   static constexpr int W = 32 / sizeof(T), NV = kCols / W;  // 256-bit vectors (see core/simd.h)
   using Vec = typename tiles::Lanes<W, T>::Vec;
   Vec acc[kRows][NV];
-  // columns [c0, c0 + n) of the first `rows` rows, n <= kCols
-  MF_ALWAYS_INLINE void store(T* const (&out)[kRows], int64_t rows, int64_t c0, int64_t n) const {
+  // columns [c0, c0 + n) of the first `rows` rows, n <= kCols, written or added
+  MF_ALWAYS_INLINE void store(T* const (&out)[kRows], int64_t rows, int64_t c0, int64_t n, bool add = false) const {
     for (int64_t r = 0; r < rows; ++r) {
-      if (n == kCols) {
+      if (n == kCols && !add) {
         for (int v = 0; v < NV; ++v) tiles::store<W>(out[r] + c0 + v * W, acc[r][v]);
         continue;
       }
       T part[kCols];
       for (int v = 0; v < NV; ++v) tiles::store<W>(part + v * W, acc[r][v]);
-      std::copy(part, part + n, out[r] + c0);
+      T* o = out[r] + c0;
+      if (add)
+        for (int64_t c = 0; c < n; ++c) o[c] += part[c];
+      else
+        std::copy(part, part + n, o);
     }
   }
 };
@@ -89,14 +95,14 @@ MF_ALWAYS_INLINE void rows_times(Row const (&a)[kRows], int64_t depth, const T* 
   }
 }
 
-// the same with a read by depth: out[r][c] = sum_{t < depth} a[t][off[r]] x[t ld + c]
+// the same with a read by depth: out[r][c] (+)= sum_{t < depth} a[t][off[r]] x[t ld + c]
 template <typename T>
 MF_ALWAYS_INLINE void depth_times(const T* const* a, const int64_t (&off)[kRows], int64_t depth, const T* x, int64_t ld,
-                                  int64_t cols, T* const (&out)[kRows], int64_t rows) {
+                                  int64_t cols, T* const (&out)[kRows], int64_t rows, bool add) {
   Tile<T> t;
   for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
     tiles::tile_by_depth<Tile<T>::W, kRows, Tile<T>::NV>(a, off, depth, x + c0, ld, t.acc);
-    t.store(out, rows, c0, std::min(kCols, cols - c0));
+    t.store(out, rows, c0, std::min(kCols, cols - c0), add);
   }
 }
 
@@ -164,7 +170,8 @@ void forward_kernel(const Shape& s, const Layouts& l, const T* q, const T* k, co
   at::parallel_for(0, s.BH, 1, [&](int64_t m0, int64_t m1) { forward_matrices(s, l, m0, m1, q, k, v, p, o); });
 }
 
-// dP = dO V^T; G = scale P o (dP - rowsum(P o dP)); dQ = G K; dV = P^T dO; dK = G^T Q
+// dP = dO V^T; G = scale P o (dP - rowsum(P o dP)); dQ = G K; dV = P^T dO; dK = G^T Q, the query
+// heads of a kv head (m0 and m1 whole groups of them) adding into its dK and dV in turn
 template <typename T>
 MF_ALWAYS_INLINE void backward_range(const Shape& s, const Layouts& l, int64_t m0, int64_t m1, const T* q, const T* k,
                                      const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv) {
@@ -212,8 +219,9 @@ MF_ALWAYS_INLINE void backward_range(const Shape& s, const Layouts& l, int64_t m
       block_rows(dv + l.v.at(m), l.v.row, j0, s.keys, dv_rows);
       block_rows(dk + l.k.at(m), l.k.row, j0, s.keys, dk_rows);
       const int64_t depth = s.queries - first;
-      depth_times(p_by_query.data() + first, off, depth, doP.data() + first * DhP, DhP, s.Dh, dv_rows, rows);
-      depth_times(g_by_query.data() + first, off, depth, qP.data() + first * DhP, DhP, s.Dh, dk_rows, rows);
+      const bool add = m % l.k.group != 0;
+      depth_times(p_by_query.data() + first, off, depth, doP.data() + first * DhP, DhP, s.Dh, dv_rows, rows, add);
+      depth_times(g_by_query.data() + first, off, depth, qP.data() + first * DhP, DhP, s.Dh, dk_rows, rows, add);
     }
   }
 }
@@ -227,11 +235,14 @@ MF_SIMD_FUNCTION(backward_matrices, backward_range,
                   const double* v, const double* p, const double* dout, double* dq, double* dk, double* dv),
                  (s, l, m0, m1, q, k, v, p, dout, dq, dk, dv))
 
+// threads take whole groups of query heads: each kv head's dK and dV have one writer
 template <typename T>
 void backward_kernel(const Shape& s, const Layouts& l, const T* q, const T* k, const T* v, const T* p, const T* dout,
                      T* dq, T* dk, T* dv) {
-  at::parallel_for(0, s.BH, 1,
-                   [&](int64_t m0, int64_t m1) { backward_matrices(s, l, m0, m1, q, k, v, p, dout, dq, dk, dv); });
+  const int64_t group = l.k.group;
+  at::parallel_for(0, s.BH / group, 1, [&](int64_t u0, int64_t u1) {
+    backward_matrices(s, l, u0 * group, u1 * group, q, k, v, p, dout, dq, dk, dv);
+  });
 }
 
 // q, k, v, the output and the probabilities [BH, queries, keys]; the gradients of q, k, v
@@ -253,10 +264,14 @@ void run_backward(const Shape& s, const Layouts& l, const at::Tensor& q, const a
 }
 
 struct SmallAttention : public torch::autograd::Function<SmallAttention> {
+  static Layouts layouts(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    const int64_t group = q.size(1) / k.size(1);
+    return {heads_major(q), heads_major(k, group), heads_major(v, group), heads_major(q)};
+  }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             bool causal) {
     const Shape s{q.size(0) * q.size(1), q.size(2), k.size(2), q.size(3), causal};
-    const Layouts l{heads_major(q), heads_major(k), heads_major(v), heads_major(q)};
+    const Layouts l = layouts(q, k, v);
     auto p = at::empty({q.size(0), q.size(1), s.queries, s.keys}, q.options());
     auto o = at::empty_like(q);
     run_forward(s, l, q, k, v, p, o);
@@ -269,7 +284,7 @@ struct SmallAttention : public torch::autograd::Function<SmallAttention> {
     auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &p = saved[3];
     const Shape s{q.size(0) * q.size(1), q.size(2), k.size(2), q.size(3), ctx->saved_data["causal"].toBool()};
-    const Layouts l{heads_major(q), heads_major(k), heads_major(v), heads_major(q)};
+    const Layouts l = layouts(q, k, v);
     auto dout = grads[0].contiguous();
     auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
     run_backward(s, l, q, k, v, p, dout, dq, dk, dv);
@@ -317,8 +332,8 @@ struct PackedAttention : public torch::autograd::Function<PackedAttention> {
 }  // namespace
 
 at::Tensor small_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
-  TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
-                  q.size(3) == k.size(3) && k.size(2) >= q.size(2),
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) && k.size(1) > 0 &&
+                  q.size(1) % k.size(1) == 0 && q.size(3) == k.size(3) && k.size(2) >= q.size(2),
               "small_attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   TORCH_CHECK(q.is_cpu(), "small_attention: CPU tensors only");
   return SmallAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), causal);

@@ -8,8 +8,9 @@
 
 namespace mf {
 
-// q [B, H, queries, Dh], k and v [B, H, keys, Dh] (keys >= queries) -> [B, H, queries, Dh],
-// differentiable in q, k, v:
+// q [B, H, queries, Dh], k and v [B, Hkv, keys, Dh] (keys >= queries; H a multiple of Hkv: query
+// head h reads kv head h / (H / Hkv), grouped-query attention without repeated k and v)
+// -> [B, H, queries, Dh], differentiable in q, k, v (dK and dV summed over each kv head's queries):
 //   s_ij = q_i . k_j / sqrt(Dh)  (causal: -inf where j > i + keys - queries),  P = softmax_j(s),  o_i = sum_j P_ij v_j
 // backward from dO:
 //   dP_ij = dO_i . v_j,  dV_j = sum_i P_ij dO_i,  dS_ij = P_ij (dP_ij - sum_l P_il dP_il),

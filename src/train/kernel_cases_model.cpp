@@ -13,21 +13,25 @@ namespace mf::cases {
 namespace {
 
 // The ViT's attention (packed projection, 17 tokens) and an LM's causal attention (the
-// quickstart's heads and windows; the test size has more than 64 keys) against matmul/softmax.
+// quickstart's heads, half as many kv heads, and windows; the test size has more than 64 keys)
+// against matmul/softmax on k and v repeated per query head.
 KernelCase attention_case(CaseSize size, at::ScalarType dtype, bool causal) {
   const bool perf = size == CaseSize::Perf;
-  const int64_t B = causal ? (perf ? 16 : 2) : (perf ? 128 : 3), H = causal ? (perf ? 8 : 3) : 4;
+  const int64_t B = causal ? (perf ? 16 : 2) : (perf ? 128 : 3), H = causal ? (perf ? 8 : 4) : 4, Hkv = H / 2;
   const int64_t N = causal ? (perf ? 128 : 70) : 17, Dh = causal ? (perf ? 32 : 8) : (perf ? 24 : 8);
   auto qkv = input({B, N, 3, H, Dh}, dtype, true), up = input({B, N, H, Dh}, dtype);
-  const auto heads = [=] { return qkv.permute({2, 0, 3, 1, 4}); };  // [3, B, H, N, Dh]
+  const auto heads = [=] { return qkv.permute({2, 0, 3, 1, 4}); };           // [3, B, H, N, Dh]
+  const auto kv = [=](const at::Tensor& t) { return t.narrow(1, 0, Hkv); };  // causal: Hkv heads
   KernelCase c{causal ? "causal attention, fwd+bwd" : "small attention, fwd+bwd",
-               fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh), (causal ? 6.0 : 12.0) * B * H * N * N * Dh, 1e-5};
+               causal ? fmt::format("B={} H={} Hkv={} N={} Dh={}", B, H, Hkv, N, Dh)
+                      : fmt::format("B={} H={} N={} Dh={}", B, H, N, Dh),
+               (causal ? 6.0 : 12.0) * B * H * N * N * Dh, 1e-5};
   c.ours = [=] {
     return forward_backward(
         [=] {
           if (!causal) return small_attention_packed(qkv, false);
           const auto h = heads();
-          return small_attention(h[0], h[1], h[2], true).transpose(1, 2);
+          return small_attention(h[0], kv(h[1]), kv(h[2]), true).transpose(1, 2);
         },
         {qkv}, up);
   };
@@ -35,9 +39,11 @@ KernelCase attention_case(CaseSize size, at::ScalarType dtype, bool causal) {
     return forward_backward(
         [=] {
           const auto h = heads();
-          auto s = torch::matmul(h[0], h[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
+          const auto k = causal ? kv(h[1]).repeat_interleave(H / Hkv, 1) : h[1];
+          const auto v = causal ? kv(h[2]).repeat_interleave(H / Hkv, 1) : h[2];
+          auto s = torch::matmul(h[0], k.transpose(-2, -1)) / std::sqrt(static_cast<double>(Dh));
           if (causal) s = s.masked_fill(torch::ones({N, N}, torch::kBool).triu(1), -INFINITY);
-          return torch::matmul(torch::softmax(s, -1), h[2]).transpose(1, 2);
+          return torch::matmul(torch::softmax(s, -1), v).transpose(1, 2);
         },
         {qkv}, up);
   };

@@ -164,6 +164,33 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
   }
 }
 
+// grouped-query attention read in place: k and v of 2 kv heads for 6 query heads against the
+// reference on k and v repeated per query head; dK and dV sum each kv head's three query heads
+TEST(Attention, SmallKernelReadsGroupedKVHeadsInPlace) {
+  torch::manual_seed(9);
+  for (bool causal : {false, true})
+    for (auto [N, S] : {std::pair<int64_t, int64_t>{13, 13}, {5, 20}}) {
+      auto q = torch::randn({2, 6, N, 8}, torch::kFloat64).requires_grad_(true);
+      auto k = torch::randn({2, 2, S, 8}, torch::kFloat64).requires_grad_(true);
+      auto v = torch::randn({2, 2, S, 8}, torch::kFloat64).requires_grad_(true);
+      auto up = torch::randn({2, 6, N, 8}, torch::kFloat64);
+      auto kr = k.repeat_interleave(3, 1), vr = v.repeat_interleave(3, 1);
+      auto scores = torch::matmul(q, kr.transpose(-2, -1)) / std::sqrt(8.0);
+      if (causal)
+        scores = scores.masked_fill(torch::ones({N, S}, torch::kBool).triu(S - N + 1),
+                                    -std::numeric_limits<double>::infinity());
+      auto ref = torch::matmul(torch::softmax(scores, -1), vr);
+      auto fast = small_attention(q, k, v, causal);
+      const std::string what = "N=" + std::to_string(N) + " S=" + std::to_string(S) + (causal ? " causal" : "");
+      EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << what;
+      auto g_fast = torch::autograd::grad({(fast * up).sum()}, {q, k, v});
+      auto g_ref = torch::autograd::grad({(ref * up).sum()}, {q, k, v});
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(torch::allclose(g_fast[i], g_ref[i], 1e-11, 1e-12)) << what << " grad "
+                                                                        << "qkv"[i];
+    }
+}
+
 TEST(Attention, KernelTakesUpTo64KeysOr512WithHeadsUpTo64) {
   const auto q = [](int64_t Dh) { return torch::zeros({1, 1, 1, Dh}); };
   EXPECT_TRUE(small_attention_applies(q(128), 64));
