@@ -140,21 +140,27 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
   struct Case {
     int64_t B, H, N, S, Dh;
     bool causal;
+    int64_t Hkv = 0;  // grouped-query: k and v of fewer heads, read in place (0: H)
   };
   for (auto c : {Case{2, 3, 5, 5, 4, false}, Case{2, 3, 5, 5, 4, true}, Case{1, 2, 3, 7, 5, true} /* a cache of 4 */,
                  Case{3, 1, 1, 6, 3, true}, Case{2, 2, 17, 17, 24, false}, Case{1, 2, 90, 130, 8, true},
-                 Case{1, 1, 19, 37, 40, true} /* tiles of 4 rows x 16 columns and their tails */}) {
+                 Case{1, 1, 19, 37, 40, true} /* tiles of 4 rows x 16 columns and their tails */,
+                 Case{2, 6, 13, 13, 8, false, 2}, Case{2, 6, 5, 20, 8, true, 2} /* dK, dV summed per kv head */}) {
+    const int64_t Hkv = c.Hkv ? c.Hkv : c.H;
     auto q = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64).requires_grad_(true);
-    auto k = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
-    auto v = torch::randn({c.B, c.H, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
+    auto k = torch::randn({c.B, Hkv, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
+    auto v = torch::randn({c.B, Hkv, c.S, c.Dh}, torch::kFloat64).requires_grad_(true);
     auto up = torch::randn({c.B, c.H, c.N, c.Dh}, torch::kFloat64);
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(c.Dh));
+    // the reference repeats each kv head for its query heads
+    auto kr = k.repeat_interleave(c.H / Hkv, 1), vr = v.repeat_interleave(c.H / Hkv, 1);
+    auto scores = torch::matmul(q, kr.transpose(-2, -1)) / std::sqrt(static_cast<double>(c.Dh));
     if (c.causal)  // query i sits at position i + S - N
       scores = scores.masked_fill(torch::ones({c.N, c.S}, torch::kBool).triu(c.S - c.N + 1),
                                   -std::numeric_limits<double>::infinity());
-    auto ref = torch::matmul(torch::softmax(scores, -1), v);
+    auto ref = torch::matmul(torch::softmax(scores, -1), vr);
     auto fast = small_attention(q, k, v, c.causal);
-    const std::string what = "N=" + std::to_string(c.N) + " S=" + std::to_string(c.S) + (c.causal ? " causal" : "");
+    const std::string what = "N=" + std::to_string(c.N) + " S=" + std::to_string(c.S) + (c.causal ? " causal" : "") +
+                             " kv heads " + std::to_string(Hkv);
     EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << what;
     auto g_fast = torch::autograd::grad({(fast * up).sum()}, {q, k, v});
     auto g_ref = torch::autograd::grad({(ref * up).sum()}, {q, k, v});
@@ -162,33 +168,6 @@ TEST(Attention, SmallKernelMatchesMatmulSoftmaxInOutputAndGradients) {
       EXPECT_TRUE(torch::allclose(g_fast[i], g_ref[i], 1e-11, 1e-12)) << what << " grad "
                                                                       << "qkv"[i];
   }
-}
-
-// grouped-query attention read in place: k and v of 2 kv heads for 6 query heads against the
-// reference on k and v repeated per query head; dK and dV sum each kv head's three query heads
-TEST(Attention, SmallKernelReadsGroupedKVHeadsInPlace) {
-  torch::manual_seed(9);
-  for (bool causal : {false, true})
-    for (auto [N, S] : {std::pair<int64_t, int64_t>{13, 13}, {5, 20}}) {
-      auto q = torch::randn({2, 6, N, 8}, torch::kFloat64).requires_grad_(true);
-      auto k = torch::randn({2, 2, S, 8}, torch::kFloat64).requires_grad_(true);
-      auto v = torch::randn({2, 2, S, 8}, torch::kFloat64).requires_grad_(true);
-      auto up = torch::randn({2, 6, N, 8}, torch::kFloat64);
-      auto kr = k.repeat_interleave(3, 1), vr = v.repeat_interleave(3, 1);
-      auto scores = torch::matmul(q, kr.transpose(-2, -1)) / std::sqrt(8.0);
-      if (causal)
-        scores = scores.masked_fill(torch::ones({N, S}, torch::kBool).triu(S - N + 1),
-                                    -std::numeric_limits<double>::infinity());
-      auto ref = torch::matmul(torch::softmax(scores, -1), vr);
-      auto fast = small_attention(q, k, v, causal);
-      const std::string what = "N=" + std::to_string(N) + " S=" + std::to_string(S) + (causal ? " causal" : "");
-      EXPECT_TRUE(torch::allclose(fast, ref, 1e-12, 1e-12)) << what;
-      auto g_fast = torch::autograd::grad({(fast * up).sum()}, {q, k, v});
-      auto g_ref = torch::autograd::grad({(ref * up).sum()}, {q, k, v});
-      for (size_t i = 0; i < 3; ++i)
-        EXPECT_TRUE(torch::allclose(g_fast[i], g_ref[i], 1e-11, 1e-12)) << what << " grad "
-                                                                        << "qkv"[i];
-    }
 }
 
 TEST(Attention, KernelTakesUpTo64KeysOr512WithHeadsUpTo64) {

@@ -11,6 +11,20 @@
 
 using namespace mf;
 
+namespace {
+
+// rope_rows against rope_composed on x (a leaf) and tables c, s: output and gradient under `up`
+void expect_matches(const at::Tensor& x, const at::Tensor& c, const at::Tensor& s, const at::Tensor& up, double rtol,
+                    double atol) {
+  const auto y = rope_rows(x, c, s), ref = rope_composed(x, c, s);
+  EXPECT_TRUE(torch::allclose(y, ref, rtol, atol));
+  const auto dx = torch::autograd::grad({(y * up).sum()}, {x})[0];
+  const auto dx_ref = torch::autograd::grad({(ref * up).sum()}, {x})[0];
+  EXPECT_TRUE(torch::allclose(dx, dx_ref, rtol, atol));
+}
+
+}  // namespace
+
 TEST(RopeRows, MatchesLibTorchInOutputsAndGradients) {
   torch::manual_seed(6);
   for (auto [B, H, T, D, start] :
@@ -35,12 +49,7 @@ TEST(RopeRows, GeneralTablesMatchTheComposition) {
   torch::manual_seed(8);
   auto x = torch::randn({2, 3, 6, 10}, torch::kFloat64).requires_grad_(true);
   const auto c = torch::randn({6, 10}, torch::kFloat64), s = torch::randn({6, 10}, torch::kFloat64);
-  auto up = torch::randn({2, 3, 6, 10}, torch::kFloat64);
-  const auto y = rope_rows(x, c, s), ref = rope_composed(x, c, s);
-  EXPECT_TRUE(torch::allclose(y, ref, 1e-14, 1e-15));
-  const auto dx = torch::autograd::grad({(y * up).sum()}, {x})[0];
-  const auto dx_ref = torch::autograd::grad({(ref * up).sum()}, {x})[0];
-  EXPECT_TRUE(torch::allclose(dx, dx_ref, 1e-14, 1e-15));
+  expect_matches(x, c, s, torch::randn({2, 3, 6, 10}, torch::kFloat64), 1e-14, 1e-15);
 }
 
 TEST(RopeRows, Float32WithinRoundingAndContiguousInput) {
@@ -48,12 +57,7 @@ TEST(RopeRows, Float32WithinRoundingAndContiguousInput) {
   const RopeTable table(128, 32, 10000.0);
   auto x = torch::randn({4, 8, 128, 32}).requires_grad_(true);
   auto up = torch::randn({4, 8, 128, 32});
-  const auto c = table.cos.to(at::kFloat), s = table.sin.to(at::kFloat);
-  const auto y = rope_rows(x, c, s), ref = rope_composed(x, c, s);
-  EXPECT_TRUE(torch::allclose(y, ref, 1e-6, 1e-6));
-  const auto dx = torch::autograd::grad({(y * up).sum()}, {x})[0];
-  const auto dx_ref = torch::autograd::grad({(ref * up).sum()}, {x})[0];
-  EXPECT_TRUE(torch::allclose(dx, dx_ref, 1e-6, 1e-6));
+  expect_matches(x, table.cos.to(at::kFloat), table.sin.to(at::kFloat), up, 1e-6, 1e-6);
 }
 
 // D = 2 at angle a: y = (x0 cos a - x1 sin a, x1 cos a + x0 sin a); for g = (1, 0) the gradient
