@@ -44,7 +44,7 @@ const char* to_string(UnitsPath path) {
 
 void force_units_path(std::optional<UnitsPath> path) { forced_path = path ? static_cast<int>(*path) : -1; }
 
-UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank) {
+UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank, int64_t pairs) {
   const bool combined = bank.offers_combined();
   const bool fused = combined && !at::GradMode::is_enabled() && bank.unit_pack() && fused_units_available(x_TD);
   if (const int f = forced_path; f >= 0) {
@@ -55,7 +55,9 @@ UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank) {
                 "units path 'fused' is pinned but needs no grad mode, float32 on the CPU and packed weights");
     return path;
   }
-  return fused && fused_units_preferred(x_TD) ? UnitsPath::Fused : combined ? UnitsPath::Combined : UnitsPath::Grouped;
+  return fused && fused_units_preferred(x_TD, pairs, bank.num_units()) ? UnitsPath::Fused
+         : combined                                                    ? UnitsPath::Combined
+                                                                       : UnitsPath::Grouped;
 }
 
 PairOutputs pair_outputs(const at::Tensor& x_TD, const Assignment& a, UnitBank& bank) {
@@ -90,7 +92,7 @@ DispatchResult dispatch(const at::Tensor& x_TD, const Assignment& a, UnitBank& b
     weight_P = weight_P.index_select(0, keep);
   }
   const auto counts_E = at::bincount(unit_P, {}, E);
-  const auto path = units_path(x_TD, bank);
+  const auto path = units_path(x_TD, bank, unit_P.numel());
   if (path != UnitsPath::Grouped) {
     r.y_TD = bank.forward_combined(x_TD, token_P, weight_P, counts_E, path == UnitsPath::Fused);
     return r;

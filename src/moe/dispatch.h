@@ -23,10 +23,12 @@ struct DispatchResult {
 //   combined  gather, units and combine chunk by chunk (moe/combined_ffn.h), training and
 //             inference: banks that offer it (ExpertBank, ExpertBlocks)
 //   fused     no grad, float32, a bank with packed weights: gather and combine inside the unit
-//             GEMMs (moe/fused_units.h); unasked on AVX-512 and AVX2 CPUs (fused_units_preferred)
+//             GEMMs (moe/fused_units.h); unasked on AVX2 CPUs, and on AVX-512 ones for few
+//             pairs a unit (fused_units_preferred: decoding, short prompts)
 enum class UnitsPath { Grouped, Combined, Fused };
 const char* to_string(UnitsPath path);
-UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank);
+// the path for `pairs` (token, unit) pairs over the bank's units (0: a few, as in decoding)
+UnitsPath units_path(const at::Tensor& x_TD, const UnitBank& bank, int64_t pairs = 0);
 // Pins the path until reset (nullopt): tests and benchmarks compare paths. A pinned path the
 // bank, grad mode or machine cannot take is an error at the next dispatch.
 void force_units_path(std::optional<UnitsPath> path);

@@ -6,6 +6,7 @@
 #include "core/exp_poly.h"
 #include "core/simd.h"
 #include "core/tiles.h"
+#include "core/unit_gemm.h"
 
 namespace mf {
 namespace {
@@ -205,8 +206,9 @@ void fused_unit_base MF_FUSED_UNIT_PARAMS { fused_unit_body<4, 6, 2> MF_FUSED_UN
 
 bool fused_units_available(const at::Tensor& x_TD) { return x_TD.is_cpu() && x_TD.scalar_type() == at::kFloat; }
 
-bool fused_units_preferred(const at::Tensor& x_TD) {
-  return fused_units_available(x_TD) && simd_level() != SimdLevel::Base;
+bool fused_units_preferred(const at::Tensor& x_TD, int64_t pairs, int64_t units) {
+  if (!fused_units_available(x_TD) || simd_level() == SimdLevel::Base) return false;
+  return !unit_gemm_preferred(x_TD) || pairs < kFusedRowsMax * std::max<int64_t>(units, 1);
 }
 
 void fused_unit MF_FUSED_UNIT_PARAMS {

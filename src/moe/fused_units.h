@@ -51,12 +51,19 @@ class UnitPack {
 // Whether the fused kernel can run for x: float32 on the CPU (variants for AVX-512, AVX2 + FMA and
 // baseline x86-64, chosen by core/simd.h's level).
 bool fused_units_available(const at::Tensor& x_TD);
-// Whether dispatch takes it unasked: on AVX-512 and AVX2 + FMA. On an AVX2-only AMD EPYC (Zen 3,
+// Whether dispatch takes it unasked, for pairs spread over units (pairs / units rows a unit): on
+// AVX2 + FMA, and on AVX-512 below kFusedRowsMax rows a unit. On an AVX2-only AMD EPYC (Zen 3,
 // 2026-12-06) the AVX2 variant ran UniF-MoE's blocks 1.27x and whole experts 1.09x faster than
 // gather -> GEMM -> combine with OpenBLAS (bench kernels), and `bench unif`'s UniF-MoE inference
-// 17-23 % faster; capped to AVX2 on an AVX-512 core (2026-12-05) it had run 0.93x / 0.84x. The
-// baseline variant (0.31x there) runs only when pinned (force_units_path).
-bool fused_units_preferred(const at::Tensor& x_TD);
+// 17-23 % faster. On AVX-512 the combined path runs core/unit_gemm.h's tiles, which repack the
+// weights every call but then go faster (AMD EPYC with AVX-512, 2026-12-07, `bench unif`
+// inference, fused vs combined: UniF-MoE 3.4-3.7 vs 4.6-4.9 ms at T 128 (~33 rows a unit),
+// 8.7 vs 8.2-9.7 at T 512 (~133), even at T 1024 (~270), 26-31 vs 26-28 at T 2048 (~540),
+// 59-61 vs 57 at T 4096 (~1080); `bench kernels` at ~1,100 rows a unit: 58.1 vs 53.2 ms
+// blocks, 72.4 vs 66.3 whole experts). The baseline variant (0.31x on Zen 3) runs only when
+// pinned (force_units_path).
+inline constexpr int64_t kFusedRowsMax = 512;
+bool fused_units_preferred(const at::Tensor& x_TD, int64_t pairs = 0, int64_t units = 1);
 
 // Unit u's n pairs (token[0..n), weight[0..n)) added into y [T, D] (float32, contiguous), x [T, D];
 // h: scratch of kFusedChunk x n1 floats.

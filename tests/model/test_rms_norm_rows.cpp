@@ -34,8 +34,12 @@ TEST(RmsNormRows, MatchesLibTorchInOutputsAndGradients) {
       const auto fast = run(true, x, w, up, want_x, want_w, 1e-5), ref = run(false, x, w, up, want_x, want_w, 1e-5);
       const std::string what = "D " + std::to_string(D) + (want_x ? " dx" : "") + (want_w ? " dw" : "");
       EXPECT_TRUE(torch::allclose(fast.y, ref.y, 1e-13, 1e-15)) << what;
-      if (want_x) EXPECT_TRUE(torch::allclose(fast.dx, ref.dx, 1e-12, 1e-14)) << what;
-      if (want_w) EXPECT_TRUE(torch::allclose(fast.dw, ref.dw, 1e-12, 1e-13)) << what;
+      if (want_x) {
+        EXPECT_TRUE(torch::allclose(fast.dx, ref.dx, 1e-12, 1e-14)) << what;
+      }
+      if (want_w) {
+        EXPECT_TRUE(torch::allclose(fast.dw, ref.dw, 1e-12, 1e-13)) << what;
+      }
     }
 }
 

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "core/unit_gemm.h"
 #include "moe/banks.h"
 #include "moe/combined_ffn.h"
 #include "moe/dispatch.h"
@@ -284,6 +285,10 @@ TEST(UnitsPath, TheChoiceIsReportedAndEveryPathAgrees) {
   }
   torch::NoGradGuard g;
   EXPECT_EQ(units_path(x, bank), fused_units_preferred(x) ? UnitsPath::Fused : UnitsPath::Combined);
+  // many rows a unit: the fused kernel only where the combined path has no unit_gemm tiles
+  const bool many_fused = fused_units_preferred(x) && !unit_gemm_preferred(x);
+  EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E), many_fused ? UnitsPath::Fused : UnitsPath::Combined);
+  EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E - 1), units_path(x, bank));
   EXPECT_EQ(units_path(x.to(torch::kFloat64), bank), UnitsPath::Combined);  // the fused kernel is float32
   const auto ref = dense_reference(x, a, bank);
   for (auto path : {UnitsPath::Grouped, UnitsPath::Combined, UnitsPath::Fused}) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "methods/unif/bench.h"
 #include "methods/unif/diagnostics.h"
 #include "methods/unif/route.h"
 #include "methods/unif/slots.h"
@@ -405,4 +406,28 @@ TEST(UniFRepro, RoundsAndTheMedianOfSameRoundRatios) {
     ASSERT_EQ(rounds.size(), 3u) << name;
     for (double s : rounds) EXPECT_GT(s, 0) << name;
   }
+}
+
+// bench unif's verdicts from hand-made rounds: UniF's block ratio 12 / 16 = 0.75; inference rounds
+// give ratios 0.8, 0.9, 1.0 (median 0.9: 20 % above, not met at 15 %), training 0.8, 0.85, 1.5
+// (median 0.85: 13 % above, met at 20 %; the best rounds' ratio would be 1.6 / 1.6).
+TEST(UniFBench, VerdictsFromTheMedianOfSameRoundRatios) {
+  UniFBenchRow unif{"unif", 1.0, 12, 0.8, 1.6, {0.8, 1.8, 3.0}, {1.6, 1.7, 2.4}};
+  UniFBenchRow top2{"top-2", 1.0, 16, 1.0, 1.6, {1.0, 2.0, 3.0}, {2.0, 2.0, 1.6}};
+  UniFBenchOptions opt;
+  opt.iters = 3;
+  const auto report = unif_bench_report({unif, top2}, opt, 2);
+  EXPECT_NE(report.text.find("scale 1.0, inference: UniF-MoE's time ratio to top-2 is 20 % above its block ratio C_B / "
+                             "(2B) (target: within 15 %; not met)"),
+            std::string::npos)
+      << report.text;
+  EXPECT_NE(report.text.find("scale 1.0, training: UniF-MoE's time ratio to top-2 is 13 % above its block ratio C_B / "
+                             "(2B) (target: within 20 %; met)"),
+            std::string::npos)
+      << report.text;
+  EXPECT_DOUBLE_EQ(report.json[0]["infer_vs_top2"].get<double>(), 0.9);
+  EXPECT_DOUBLE_EQ(report.json[0]["train_vs_top2"].get<double>(), 0.85);
+  EXPECT_DOUBLE_EQ(report.json[0]["infer_best_vs_top2"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(report.json[0]["blocks_vs_top2"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(report.json[1]["train_vs_top2"].get<double>(), 1.0);
 }
