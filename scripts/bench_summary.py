@@ -67,13 +67,14 @@ def main(d):
     runs = load(os.path.join(d, "unif_*.json"))
     if runs:
         print(f"\n## UniF-MoE layer vs top-2 ({len(runs)} runs)\n")
-        print("| input scale | layer | mean C_B | inference ms | fwd+bwd ms | inference vs top-2 | C_B / top-2 |\n"
-              "|---|---|---|---|---|---|---|")
+        print("| input scale | layer | mean C_B | inference ms | fwd+bwd ms | inference vs top-2 | fwd+bwd vs top-2 | "
+              "C_B / top-2 |\n|---|---|---|---|---|---|---|---|")
         for i, row in enumerate(runs[0]):
             rows = [run[i] for run in runs]
             print(f"| {row.get('input_scale')} | {row.get('layer')} | {row.get('mean_blocks', 0):.2f} | "
                   f"{stat([1e3 * r['infer_seconds'] for r in rows])} | {stat([1e3 * r['train_seconds'] for r in rows])} | "
-                  f"{stat([r['infer_vs_top2'] for r in rows])} | {row['blocks_vs_top2']:.2f} |")
+                  f"{stat([r['infer_vs_top2'] for r in rows])} | {stat([r['train_vs_top2'] for r in rows])} | "
+                  f"{row['blocks_vs_top2']:.2f} |")
     runs = load(os.path.join(d, "train_*.json"))
     if runs:
         print(f"\n## Training step ({len(runs)} runs)\n")

@@ -14,7 +14,7 @@ namespace mf {
 struct UniFBenchOptions {
   int64_t tokens = 4096, d_model = 384, hidden = 1536, experts = 6, blocks = 8;
   std::vector<double> input_scales = {1.0, 4.0};
-  int iters = 6;
+  int iters = 10;
 };
 
 struct UniFBenchRow {
