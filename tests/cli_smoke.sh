@@ -132,14 +132,20 @@ cmp -s llama.txt greedy.txt || fail "llama.cpp greedy $(cat llama.txt) vs genera
 SERVER=$!
 for _ in $(seq 100); do grep -q "listening on" serve.out && break; sleep 0.1; done
 PORT=$(grep -o "http://[0-9.:]*" serve.out | sed 's/.*://') || { cat serve.out; fail "serve did not start"; }
+rm -f slow.connected
 python3 -c '
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-for b in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n":
-    s.send(bytes([b])); time.sleep(0.5)
+s.send(b"P")
+open("slow.connected", "w").close()
+for b in b"OST /v1/completions HTTP/1.1\r\nHost: x\r\n":
+    time.sleep(0.5); s.send(bytes([b]))
 ' "$PORT" 2>/dev/null &
 SLOW=$!
-sleep 1
+# the signal only once the client is connected (python3 starts slowly on a loaded machine)
+for _ in $(seq 200); do [ -e slow.connected ] && break; sleep 0.1; done
+[ -e slow.connected ] || fail "the slow client did not connect"
+sleep 0.5
 kill -TERM $SERVER
 START=$(date +%s)
 wait $SERVER || fail "serve did not exit 0 on SIGTERM with a slow client: $(cat serve.out)"

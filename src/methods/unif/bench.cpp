@@ -88,7 +88,7 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt) {
 
 namespace {
 
-std::string verdict(double scale, const char* what, double time, double blocks, double within) {
+std::string block_verdict(double scale, const char* what, double time, double blocks, double within) {
   const double off = time / blocks - 1;
   return fmt::format(
       "scale {:.1f}, {}: UniF-MoE's time ratio to top-2 is {:.0f} % {} its block ratio C_B / (2B) "
@@ -125,8 +125,8 @@ UniFBenchReport unif_bench_report(const std::vector<UniFBenchRow>& rows, const U
                         {"train_vs_top2", train},
                         {"blocks_vs_top2", blocks}});
     if (r.layer == "unif")
-      verdicts += verdict(r.input_scale, "inference", infer, blocks, 0.15) +
-                  verdict(r.input_scale, "training", train, blocks, 0.20);
+      verdicts += block_verdict(r.input_scale, "inference", infer, blocks, 0.15) +
+                  block_verdict(r.input_scale, "training", train, blocks, 0.20);
   }
   out.text +=
       verdicts + fmt::format(
