@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "core/simd.h"
 #include "core/unit_gemm.h"
 #include "moe/banks.h"
 #include "moe/combined_ffn.h"
@@ -285,10 +286,16 @@ TEST(UnitsPath, TheChoiceIsReportedAndEveryPathAgrees) {
   }
   torch::NoGradGuard g;
   EXPECT_EQ(units_path(x, bank), fused_units_preferred(x) ? UnitsPath::Fused : UnitsPath::Combined);
-  // many rows a unit: the fused kernel only where the combined path has no unit_gemm tiles
-  const bool many_fused = fused_units_preferred(x) && !unit_gemm_preferred(x);
-  EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E), many_fused ? UnitsPath::Fused : UnitsPath::Combined);
-  EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E - 1), units_path(x, bank));
+  // many rows a unit (kFusedRowsMax each): the combined path where it runs on unit_gemm tiles,
+  // else the fused kernel wherever it is taken unasked (AVX-512 and AVX2; never on baseline)
+  const auto taken = simd_level() == SimdLevel::Base ? UnitsPath::Combined : UnitsPath::Fused;
+  for (bool tiles : {true, false}) {
+    force_unit_gemm(tiles);
+    EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E), tiles ? UnitsPath::Combined : taken) << tiles;
+    EXPECT_EQ(units_path(x, bank, kFusedRowsMax * E - 1), taken) << tiles;
+    EXPECT_EQ(units_path(x, bank), taken) << tiles;
+  }
+  force_unit_gemm(std::nullopt);
   EXPECT_EQ(units_path(x.to(torch::kFloat64), bank), UnitsPath::Combined);  // the fused kernel is float32
   const auto ref = dense_reference(x, a, bank);
   for (auto path : {UnitsPath::Grouped, UnitsPath::Combined, UnitsPath::Fused}) {
