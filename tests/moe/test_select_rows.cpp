@@ -103,6 +103,10 @@ TEST(SelectRows, TopKWithoutBranchesOnSignedZerosNegativesAndTies) {
     auto w = torch::tensor(wide, torch::kFloat64).view({1, 32}).to(dtype);
     for (int64_t K : {1, 4, 8, 12, 15}) EXPECT_TRUE(top_k_index(w, K).equal(stable_top_k(w, K))) << "K " << K;
   }
+  // ties at the K-th place before larger scores: the first six zeros, and the ten ones after them
+  auto tied_first = torch::cat({torch::zeros({1, 10}), torch::ones({1, 10})}, 1);
+  EXPECT_TRUE(
+      top_k_index(tied_first, 16).equal(long_rows({{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 0, 1, 2, 3, 4, 5}})));
   auto lows = torch::full({1, 16}, -inf, torch::kFloat32);  // every score -inf: the first K columns
   EXPECT_TRUE(top_k_index(lows, 3).equal(long_rows({{0, 1, 2}})));
 }

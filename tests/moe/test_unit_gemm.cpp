@@ -63,9 +63,9 @@ TEST(UnitGemm, RegisterTransposeByHand) {
 }
 
 // C = scale * (A B + bias) (+ C): A read by rows or by depth, B by rows or by columns, with rows, columns
-// and depths that are not whole tiles, panels or vectors (cols 50: panels of 16-48 columns with a
-// 2-column tail; 1 column; depth 0 leaves C or zeros; 200 x 600 by depth: A's packed strips in
-// blocks of 192 rows and 256 depths on AVX2 and baseline), against float64 matmul.
+// and depths that are not whole tiles, panels or vectors (cols 50: AVX-512's one panel of 4 vectors,
+// AVX2's panels of 2, with a 2-column tail; 1 column; depth 0 leaves C or zeros; 200 x 600 by depth:
+// A's packed strips in blocks of 192 rows and 256 depths on AVX2 and baseline), against float64 matmul.
 TEST(UnitGemm, EveryOperandLayoutMatchesMatmul) {
   std::cout << "unit_gemm variant: " << level_name() << std::endl;
   torch::manual_seed(21);
