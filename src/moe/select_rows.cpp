@@ -14,7 +14,9 @@
 namespace mf {
 namespace {
 
-constexpr int64_t kRadixFromK = 16;
+// radix_row from K 16 on, and from E 32 on with AVX2 or AVX-512 (two threads, T 4096, k 8: E 128
+// 0.79 -> 0.45 ms, E 64 0.75 -> 0.35; baseline's 4-lane counts lose below K 16: E 128 0.76 -> 1.01)
+constexpr int64_t kRadixFromK = 16, kRadixFromE = 32;
 
 // a ranks above b: larger, or NaN over a number (at::topk's order)
 template <typename T>
@@ -119,8 +121,8 @@ MF_ALWAYS_INLINE KeyOf<T> ordered_key(T v) {
   return bits ^ ((bits >> (8 * sizeof(Key) - 1)) & std::numeric_limits<Key>::max());
 }
 
-// One row without NaN and without a branch on the scores, for K >= kRadixFromK: the offers'
-// branches mispredict there (one thread, T 4096: E 256, K 32 12.1 -> 7.1 ms; E 128, K 16 5.0 ->
+// One row without NaN and without a branch on the scores (kRadixFromK, kRadixFromE): the offers'
+// branches mispredict (one thread, T 4096: E 256, K 32 12.1 -> 7.1 ms; E 128, K 16 5.0 ->
 // 3.9; at K 8 the offers win, E 128 1.9 against 3.5 ms). The K-th largest key bit by bit from the top,
 // count(key >= t) >= K deciding each bit, from the highest bit on which the keys differ, and
 // ending where exactly K keys are at or above t (those are then the K largest): probabilities
@@ -188,7 +190,8 @@ void top_k_cpu(const at::Tensor& s_TE, int64_t K, at::Tensor& index_TK) {
   const int64_t E = s_TE.size(1);
   const T* s = s_TE.data_ptr<T>();
   int64_t* out = index_TK.data_ptr<int64_t>();
-  const bool radix = K >= kRadixFromK, lanes = !radix && E % kLanes == 0 && K <= kLanes;
+  const bool radix = K >= kRadixFromK || (E >= kRadixFromE && simd_level() != SimdLevel::Base);
+  const bool lanes = !radix && E % kLanes == 0 && K <= kLanes;
   at::parallel_for(0, s_TE.size(0), 256, [&](int64_t t0, int64_t t1) {
     std::vector<T> value(lanes ? E : K), scratch(E / 8 + K);
     std::vector<int64_t> ignored(K), chosen(radix ? K + 1 : lanes ? E : 0);
