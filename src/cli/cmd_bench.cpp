@@ -28,14 +28,17 @@ void add_moe_bench(CLI::App* bench) {
       "(b) a dense SwiGLU with the same active FLOPs (its products on our unit GEMMs where the model's projections "
       "take them, also on LibTorch's), (c) the Hugging Face style per-expert "
       "Python loop (python3-torch)");
-  const auto moe_t = std::make_shared<Timing>();
+  const auto moe_t = std::make_shared<Timing>(Timing{5, 2});
   static std::string which = "all", peer = "bench/peers/hf_moe_loop.py", json_out;
   moe->add_option("--shape", which,
                   "coarse (T=8192 d=512 E=8 k=2 F=1024), fine (T=4096 d=512 E=64 k=8 F=128), finer (E=128 k=8 "
                   "F=64), all (those three) or scaling (T=4096 d=512, E = 8..256 at fixed active width k F = 1024, "
                   "k = E/8; no Python peer)")
       ->check(CLI::IsMember({"coarse", "fine", "finer", "all", "scaling"}));
-  moe->add_option("--iters", moe_t->iters, "timed iterations (best is reported)")->check(CLI::PositiveNumber);
+  moe->add_option("--iters", moe_t->iters,
+                  "timed rounds, each running every implementation once after two untimed rounds: times are the "
+                  "best round, vs dense the median over rounds of the ratio within a round")
+      ->check(CLI::PositiveNumber);
   moe->add_option("--threads", moe_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   moe->add_option("--peer", peer, "Python peer script ('' to skip)");
   moe->add_option("--json", json_out, "also write the results as JSON");

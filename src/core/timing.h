@@ -2,6 +2,9 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <vector>
 
 namespace mf {
 
@@ -20,6 +23,37 @@ double best_seconds(int iters, Fn f) {
   double best = 1e30;
   for (int i = 0; i < iters; ++i) best = std::min(best, seconds(f));
   return best;
+}
+
+// Every fn timed in rounds: `warmup` untimed rounds, then `rounds` rounds that call each fn once,
+// round r starting at fn r mod n so that none always runs first; seconds[i][r] of fn i in round r.
+// A slow phase of a shared machine then hits every fn of a round alike (compare with median_ratio).
+inline std::vector<std::vector<double>> round_seconds(int rounds, const std::vector<std::function<void()>>& fns,
+                                                      int warmup = 2) {
+  const size_t n = fns.size();
+  std::vector<std::vector<double>> out(n);
+  for (int r = -warmup; r < rounds; ++r)
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (static_cast<size_t>(std::max(r, 0)) + j) % n;
+      const double s = seconds(fns[i]);
+      if (r >= 0) out[i].push_back(s);
+    }
+  return out;
+}
+
+// The median of v (NaN when empty)
+inline double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median over rounds r of a[r] / b[r]: the ratio of two things timed in the same rounds
+inline double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> ratio;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) ratio.push_back(a[i] / b[i]);
+  return median(ratio);
 }
 
 }  // namespace mf

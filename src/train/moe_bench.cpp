@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "core/peer.h"
@@ -48,53 +50,61 @@ ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int t
     const auto release = [&] {
       for (auto& p : params) p.mutable_grad() = at::Tensor();
     };
-    const auto t_moe = [&](UnitsPath path, std::optional<bool> tiles) {
-      force_units_path(path);
-      force_unit_gemm(tiles);
-      const double sec = best_seconds(iters, [&] {
+    // one pass with the units path and the unit GEMMs pinned as asked (nullopt: the default)
+    const auto moe_pass = [&](UnitsPath path, std::optional<bool> pin) -> std::function<void()> {
+      return [&, path, pin] {
+        force_units_path(path);
+        force_unit_gemm(pin);
         release();
         auto r = router->forward(x);
         dispatch(x, r.assignment, bank).y_TD.backward(grad);
-      });
-      force_units_path(std::nullopt);
-      force_unit_gemm(std::nullopt);
-      return sec;
+        force_units_path(std::nullopt);
+        force_unit_gemm(std::nullopt);
+      };
     };
-    const bool tiles = unit_gemm_preferred(x);
-    const double t_combined = t_moe(UnitsPath::Combined, std::nullopt);
-    const double t_other = t_moe(UnitsPath::Combined, !tiles);  // the products the default did not take
-    const double t_grouped = t_moe(UnitsPath::Grouped, std::nullopt);
-    const auto t_dense_on = [&](std::optional<bool> tiles) {
-      force_unit_gemm(tiles);
-      const double sec = best_seconds(iters, [&] {
+    const auto dense_pass = [&](std::optional<bool> pin) -> std::function<void()> {
+      return [&, pin] {
+        force_unit_gemm(pin);
         release();
         dense.forward_unit(0, x).backward(grad);
-      });
-      force_unit_gemm(std::nullopt);
-      return sec;
+        force_unit_gemm(std::nullopt);
+      };
     };
-    const double t_dense = t_dense_on(std::nullopt), t_dense_blas = tiles ? t_dense_on(false) : 0;
-    const auto row = [&](const std::string& impl, double sec) {
+    const bool tiles = unit_gemm_preferred(x);
+    std::vector<std::string> impls = {"moeforge MoE layer",
+                                      tiles ? "  LibTorch's products" : "  our unit GEMMs (pinned)",
+                                      "  grouped units path", "dense SwiGLU (k*F)"};
+    std::vector<std::function<void()>> passes = {
+        moe_pass(UnitsPath::Combined, std::nullopt),
+        moe_pass(UnitsPath::Combined, !tiles),  // the products the default did not take
+        moe_pass(UnitsPath::Grouped, std::nullopt), dense_pass(std::nullopt)};
+    if (tiles) {
+      impls.push_back("  dense, LibTorch's");
+      passes.push_back(dense_pass(false));
+    }
+    const auto rounds = round_seconds(iters, passes);
+    const auto& dense_rounds = rounds[3];
+    const double t_dense = *std::min_element(dense_rounds.begin(), dense_rounds.end());
+    const auto row = [&](const std::string& impl, double sec, double vs_dense, const std::vector<double>& each) {
       table.add({{"shape", s.name},
                  {"impl", impl},
                  {"seconds", sec},
+                 {"rounds_seconds", each},
                  {"tokens_per_s", static_cast<double>(s.T) / sec},
                  {"gflops", s.flops() / sec / 1e9},
-                 {"vs_dense", t_dense / sec}});
+                 {"vs_dense", vs_dense}});
     };
-    row("moeforge MoE layer", t_combined);
-    row(tiles ? "  LibTorch's products" : "  our unit GEMMs (pinned)", t_other);
-    row("  grouped units path", t_grouped);
-    row("dense SwiGLU (k*F)", t_dense);
-    if (tiles) row("  dense, LibTorch's", t_dense_blas);
+    for (size_t i = 0; i < impls.size(); ++i)
+      row(impls[i], *std::min_element(rounds[i].begin(), rounds[i].end()), median_ratio(dense_rounds, rounds[i]),
+          rounds[i]);
     if (peer.empty()) continue;
     const auto args = fmt::format("--tokens {} --d {} --experts {} --top-k {} --hidden {} --iters {} --threads {}", s.T,
                                   s.d, s.E, s.k, s.F, iters, threads);
     for (bool default_env : {false, true}) {
       const std::string impl = default_env ? "python loop (default)" : "python loop (same env)";
       const auto res = run_peer(peer, args, default_env);
-      if (res.contains("seconds"))
-        row(impl, res["seconds"].get<double>());
+      if (res.contains("seconds"))  // another process: its best against the dense layer's best
+        row(impl, res["seconds"].get<double>(), t_dense / res["seconds"].get<double>(), {});
       else
         table.add({{"shape", s.name}, {"impl", impl}, {"note", res.value("skipped", std::string("no result"))}});
     }

@@ -18,7 +18,10 @@ struct MoEBenchShape {
 // coarse, fine, finer, all (those three) or scaling (E = 8..256 at fixed k F = 1024, k = E / 8)
 std::vector<MoEBenchShape> moe_bench_shapes(const std::string& which);
 
-// Rows: shape, impl, seconds, tokens_per_s, gflops, vs_dense (or a note where a peer did not run).
+// Each shape's implementations timed in `iters` rounds, one pass each per round after two untimed
+// rounds (core/timing.h's round_seconds). Rows: shape, impl, seconds (the best round), rounds_seconds,
+// tokens_per_s, gflops, vs_dense: the median over rounds of the dense layer's time over this one's in
+// the same round (a peer's: best against best), or a note where a peer did not run.
 ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int threads, const std::string& peer);
 
 }  // namespace mf

@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/runtime.h"
+#include "core/timing.h"
 #include "core/util.h"
 
 using namespace mf;
@@ -21,6 +22,26 @@ static std::string config_error(const std::string& toml) {
 }
 
 TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }
+
+// Benchmarks' rounds: every fn once per round after the untimed ones, round r starting at fn r mod n;
+// ratios as the median of same-round ratios (hand-computed)
+TEST(Timing, RoundsInTurnsAndTheMedianOfSameRoundRatios) {
+  std::vector<int> calls;
+  std::vector<std::function<void()>> fns;
+  for (int i = 0; i < 3; ++i) fns.push_back([&calls, i] { calls.push_back(i); });
+  const auto t = round_seconds(2, fns, 1);
+  EXPECT_EQ(calls, (std::vector<int>{0, 1, 2, 0, 1, 2, 1, 2, 0}));  // untimed, round 0, round 1
+  ASSERT_EQ(t.size(), 3u);
+  for (const auto& each : t) {
+    ASSERT_EQ(each.size(), 2u);
+    for (double s : each) EXPECT_GE(s, 0);
+  }
+  EXPECT_DOUBLE_EQ(median_ratio({2, 4, 6}, {1, 1, 2}), 3.0);  // ratios 2, 4, 3
+  EXPECT_DOUBLE_EQ(median_ratio({1, 2, 9}, {1, 1}), 1.5);     // the rounds both have
+  EXPECT_TRUE(std::isnan(median_ratio({}, {1})));
+  EXPECT_DOUBLE_EQ(median({5, 1, 3}), 3.0);
+  EXPECT_DOUBLE_EQ(median({4, 1}), 2.5);
+}
 
 TEST(Config, AppliesValues) {
   Config c;

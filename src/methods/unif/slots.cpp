@@ -110,17 +110,4 @@ std::map<std::string, std::vector<double>> time_in_rounds(const std::map<std::st
   return out;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> ratio;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) ratio.push_back(a[i] / b[i]);
-  return median(ratio);
-}
-
 }  // namespace mf

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/timing.h"  // median, median_ratio
 #include "model/layers.h"
 
 namespace mf {
@@ -28,9 +29,5 @@ CapturedSlots capture_slots(const std::string& dir, const std::vector<int64_t>& 
 // the seconds of each round (all its slots together). A slow phase of a shared machine then hits
 // every arm of a round alike.
 std::map<std::string, std::vector<double>> time_in_rounds(const std::map<std::string, CapturedSlots>& arms, int rounds);
-
-// The median of `v` (NaN when empty), and the median over rounds of a[r] / b[r].
-double median(std::vector<double> v);
-double median_ratio(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace mf
