@@ -28,13 +28,17 @@ double best_seconds(int iters, Fn f) {
 // Every fn timed in rounds: `warmup` untimed rounds, then `rounds` rounds that call each fn once,
 // round r starting at fn r mod n so that none always runs first; seconds[i][r] of fn i in round r.
 // A slow phase of a shared machine then hits every fn of a round alike (compare with median_ratio).
+// `settle` untimed calls of a fn right before its timed one: passes that allocate differently
+// leave glibc's heap with freed blocks the next one does not fit, and it faults in fresh pages
+// (a dense layer after the MoE layer, E 256: 8-16 MB a pass), which a repeated pass does not.
 inline std::vector<std::vector<double>> round_seconds(int rounds, const std::vector<std::function<void()>>& fns,
-                                                      int warmup = 2) {
+                                                      int warmup = 2, int settle = 0) {
   const size_t n = fns.size();
   std::vector<std::vector<double>> out(n);
   for (int r = -warmup; r < rounds; ++r)
     for (size_t j = 0; j < n; ++j) {
       const size_t i = (static_cast<size_t>(std::max(r, 0)) + j) % n;
+      for (int c = 0; c < settle && r >= 0; ++c) fns[i]();
       const double s = seconds(fns[i]);
       if (r >= 0) out[i].push_back(s);
     }

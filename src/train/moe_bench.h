@@ -18,10 +18,12 @@ struct MoEBenchShape {
 // coarse, fine, finer, all (those three) or scaling (E = 8..256 at fixed k F = 1024, k = E / 8)
 std::vector<MoEBenchShape> moe_bench_shapes(const std::string& which);
 
-// Each shape's implementations timed in `iters` rounds, one pass each per round after two untimed
-// rounds (core/timing.h's round_seconds). Rows: shape, impl, seconds (the best round), rounds_seconds,
-// tokens_per_s, gflops, vs_dense: the median over rounds of the dense layer's time over this one's in
-// the same round (a peer's: best against best), or a note where a peer did not run.
+// Per shape, the MoE layer and the dense layer timed in `iters` rounds, one pass each per round after
+// two untimed rounds (core/timing.h's round_seconds), then the reference rows (the other products,
+// the grouped path, the dense layer on LibTorch's products, the peer) best of `iters` each. Rows:
+// shape, impl, seconds (the best), rounds_seconds (the pair), tokens_per_s, gflops, vs_dense: for the
+// MoE layer the median over rounds of the dense layer's time over its own in the same round, for
+// the others best against best; or a note where a peer did not run.
 ResultTable bench_moe(const std::vector<MoEBenchShape>& shapes, int iters, int threads, const std::string& peer);
 
 }  // namespace mf

@@ -36,6 +36,9 @@ TEST(Timing, RoundsInTurnsAndTheMedianOfSameRoundRatios) {
     ASSERT_EQ(each.size(), 2u);
     for (double s : each) EXPECT_GE(s, 0);
   }
+  calls.clear();
+  round_seconds(1, fns, 1, 1);  // a settling call before each timed one, not in the untimed round
+  EXPECT_EQ(calls, (std::vector<int>{0, 1, 2, 0, 0, 1, 1, 2, 2}));
   EXPECT_DOUBLE_EQ(median_ratio({2, 4, 6}, {1, 1, 2}), 3.0);  // ratios 2, 4, 3
   EXPECT_DOUBLE_EQ(median_ratio({1, 2, 9}, {1, 1}), 1.5);     // the rounds both have
   EXPECT_TRUE(std::isnan(median_ratio({}, {1})));
