@@ -36,8 +36,9 @@ void add_moe_bench(CLI::App* bench) {
                   "k = E/8; no Python peer)")
       ->check(CLI::IsMember({"coarse", "fine", "finer", "all", "scaling"}));
   moe->add_option("--iters", moe_t->iters,
-                  "timed rounds, each running every implementation once after two untimed rounds: times are the "
-                  "best round, vs dense the median over rounds of the ratio within a round")
+                  "timed rounds of our MoE layer and the dense layer, one pass each, after two untimed rounds: times "
+                  "are the best round, its vs dense the median over rounds of the ratio within a round; the other "
+                  "rows best of as many passes")
       ->check(CLI::PositiveNumber);
   moe->add_option("--threads", moe_t->threads, "intra-op threads")->check(CLI::PositiveNumber);
   moe->add_option("--peer", peer, "Python peer script ('' to skip)");

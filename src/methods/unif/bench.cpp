@@ -67,20 +67,23 @@ std::vector<UniFBenchRow> bench_unif(const UniFBenchOptions& opt) {
       infer(*slots[i]);  // warm-up, and the routing statistics
       r.mean_blocks =
           slots[i]->last_stats().mean_units_per_token * (r.layer == "unif" ? 1.0 : static_cast<double>(opt.blocks));
-      r.infer_seconds = r.train_seconds = 1e30;
       scale_rows.push_back(r);
     }
-    // two untimed rounds first: the first rounds in turns still ran slow (heap growth)
-    for (int round = -2; round < opt.iters; ++round)
-      for (size_t i = 0; i < slots.size(); ++i) {
-        auto& r = scale_rows[i];
-        const double infer_s = seconds([&] { infer(*slots[i]); }), train_s = seconds([&] { train(*slots[i]); });
-        if (round < 0) continue;
-        r.infer_rounds.push_back(infer_s);
-        r.train_rounds.push_back(train_s);
-        r.infer_seconds = std::min(r.infer_seconds, infer_s);
-        r.train_seconds = std::min(r.train_seconds, train_s);
-      }
+    // each layer's inference and training passes in rounds (core/timing.h), two untimed first: the
+    // first rounds in turns still ran slow (heap growth)
+    std::vector<std::function<void()>> passes;
+    for (auto& slot : slots) {
+      passes.push_back([&infer, &slot] { infer(*slot); });
+      passes.push_back([&train, &slot] { train(*slot); });
+    }
+    const auto rounds = round_seconds(opt.iters, passes);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      auto& r = scale_rows[i];
+      r.infer_rounds = rounds[2 * i];
+      r.train_rounds = rounds[2 * i + 1];
+      r.infer_seconds = *std::min_element(r.infer_rounds.begin(), r.infer_rounds.end());
+      r.train_seconds = *std::min_element(r.train_rounds.begin(), r.train_rounds.end());
+    }
     rows.insert(rows.end(), scale_rows.begin(), scale_rows.end());
   }
   return rows;
