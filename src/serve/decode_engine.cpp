@@ -11,78 +11,9 @@
 #include <typeinfo>
 
 #include "core/bf16.h"
-#include "model/moe_ffn.h"
-#include "moe/banks.h"
-#include "serve/decode_parts.h"
+#include "serve/decode_layers.h"
 
 namespace mf {
-namespace decoding {
-
-Unit bank_unit(const ExpertBank& bank, int64_t e) {
-  const int64_t F = bank.expert_hidden();
-  const auto gate_up = bank.gate_up_proj.select(0, e);
-  const auto bias = bank.gate_up_proj_bias.defined() ? bank.gate_up_proj_bias.select(0, e) : at::Tensor();
-  auto rows = [&](const at::Tensor& t, int64_t r0) { return t.defined() ? t.narrow(0, r0, F) : at::Tensor(); };
-  Unit u;
-  u.gate = matrix(rows(gate_up, 0), rows(bias, 0));
-  if (bank.activation() == Activation::SwiGLU) u.up = matrix(rows(gate_up, F), rows(bias, F));
-  u.down = matrix(bank.down_proj.select(0, e),
-                  bank.down_proj_bias.defined() ? bank.down_proj_bias.select(0, e) : at::Tensor());
-  return u;
-}
-
-struct Layer {
-  const float *norm_in = nullptr, *norm_post = nullptr;
-  Matrix q, k, v, o;
-  const float *q_norm = nullptr, *k_norm = nullptr;  // model.qk_norm
-  bool norm_per_head = false;
-  bool moe = false;
-  std::vector<Unit> units;  // MoE: the routed experts; dense: the FFN
-  Router router;
-  std::optional<Unit> shared;
-  Matrix shared_gate;  // N = 0: none
-};
-
-std::string moe_unsupported(const MoEFeedForward& f) {
-  if (f.extended()) return "a method's extension of its MoE slot";
-  if (f.random_routing || f.dispatch_hook || f.dispatch_bank) return "a probe or expert parallelism on its MoE slot";
-  if (f.capacity_factor() > 0) return "an expert capacity limit (model.moe.capacity_factor)";
-  const auto kind = f.gate->options().kind;
-  if (kind != RouterKind::SoftmaxTopK && kind != RouterKind::SigmoidTopK && kind != RouterKind::NormTopK)
-    return "the " + to_string(kind) + " router";
-  return "";
-}
-
-Layer dense_layer(FeedForward& ffn) {
-  Layer l;
-  if (auto* s = dynamic_cast<SwiGLU*>(&ffn))
-    l.units.push_back({matrix(s->gate_proj->weight), matrix(s->up_proj->weight), matrix(s->down_proj->weight)});
-  else if (auto* g = dynamic_cast<GeluMLP*>(&ffn))
-    l.units.push_back({matrix(g->fc1->weight, g->fc1->bias), Matrix{}, matrix(g->fc2->weight, g->fc2->bias)});
-  return l;
-}
-
-Layer moe_layer(MoEFeedForward& f) {
-  Layer l;
-  l.moe = true;
-  for (int64_t e = 0; e < f.experts->num_units(); ++e) l.units.push_back(bank_unit(*f.experts, e));
-  if (f.shared_experts) l.shared = bank_unit(*f.shared_experts, 0);
-  if (f.shared_gate) l.shared_gate = matrix(f.shared_gate->weight);
-  auto& g = *f.gate;
-  const auto& o = g.options();
-  Router& r = l.router;
-  r.w = matrix(g.weight);
-  r.kind = o.kind;
-  r.top_k = o.top_k;
-  r.renormalize = o.renormalize;
-  if (o.bias_update > 0) r.selection_bias = floats(g.selection_bias);
-  if (g.norm_scale.defined()) r.norm_factor = static_cast<float>(g.norm_scale.item<double>() * g.norm_constant);
-  r.norm_eps = o.norm_eps;
-  if (g.gate_scale.defined()) r.scale = static_cast<float>(g.gate_scale.item<double>());
-  return l;
-}
-
-}  // namespace decoding
 
 using namespace decoding;
 
@@ -99,22 +30,20 @@ struct DecodeEngine::Impl {
   std::vector<std::vector<std::vector<float>>> keys, values;  // [slot][layer]: [length, Hkv * Dh]
   std::vector<int64_t> length;
   std::vector<int64_t> pos, last;  // the step's rows' positions; the rows whose logits it returns
-  // buffers for M <= rows rows, and for their P <= M * K routed pairs grouped by unit: rows_in
-  // [P, D], g and u [P, F] (the dense FFN's [M, F] too), part [P, D]; the shared expert's own
-  std::vector<float> x, h, h_last, q, k, v, att, y, logits, rows_in, g, u, part, shared_g, shared_u, shared_part;
-  std::vector<int64_t> pair_row, offsets;  // pairs of unit e: offsets[e] <= p < offsets[e + 1]
-  std::vector<float> pair_weight, score;
-  std::vector<int64_t> order;
-  std::vector<std::pair<int64_t, float>> picked;
-  std::vector<std::vector<std::pair<int64_t, float>>> by_unit;  // (row, weight) per routed unit
-  std::vector<std::pair<int64_t, int64_t>> runs;                // attend's: [m0, m1) of one slot, at most kAttendRows
+  // buffers for M <= rows rows, and for their P <= M * K routed pairs grouped by unit: g and u
+  // [P, F] (the dense FFN's [M, F] too), part [P, D]; the shared expert's own, its gate per row
+  std::vector<float> x, h, h_last, q, k, v, att, y, logits, g, u, part, shared_g, shared_u, shared_part, shared_gate;
+  std::vector<std::vector<std::pair<int64_t, float>>> picks;  // row m's routed (unit, weight)
+  std::vector<Routed> routed;                                 // per thread
+  std::vector<std::pair<int64_t, int64_t>> runs;              // attend's: [m0, m1) of one slot, at most kAttendRows
   SpinBarrier barrier;
 
   void run(const Team& team, const std::vector<int64_t>& at_slot, int64_t M, float* out);
   void attention(const Team& team, const Layer& l, size_t layer, const std::vector<int64_t>& at_slot, int64_t M);
   void attend(const Team& team, size_t layer, const std::vector<int64_t>& at_slot);
   void feed_forward(const Team& team, const Layer& l, int64_t M);
-  void route(const Layer& l, int64_t M);
+  void route(const Team& team, const Layer& l, int64_t M);
+  void combine(const Team& team, const Layer& l, int64_t M);
   void rope(float* x, int64_t heads, int64_t pos) const;
 };
 
@@ -173,11 +102,11 @@ DecodeEngine::DecodeEngine(TransformerLMImpl& model, int64_t slots) : impl_(std:
   s.rows = slots + kPrefillRows;
   const int64_t M = s.rows, kv = s.Hkv * s.Dh, P = M * std::max<int64_t>(1, top_k);
   for (auto* b : {&s.x, &s.h, &s.h_last, &s.y}) b->resize(M * s.D);
-  for (auto* b : {&s.rows_in, &s.part}) b->resize(P * s.D);
+  s.part.resize(P * s.D);
   s.q.resize(M * s.Hq * s.Dh), s.att.resize(M * s.Hq * s.Dh), s.k.resize(M * kv), s.v.resize(M * kv);
   s.g.resize(P * widest), s.u.resize(P * widest), s.logits.resize(M * experts);
   s.shared_g.resize(M * shared), s.shared_u.resize(M * shared), s.shared_part.resize(M * s.D);
-  s.score.resize(experts), s.order.resize(experts), s.by_unit.resize(experts), s.offsets.resize(experts + 1);
+  s.shared_gate.resize(M), s.picks.resize(M);
 }
 
 DecodeEngine::~DecodeEngine() = default;
@@ -229,43 +158,52 @@ void DecodeEngine::Impl::rope(float* x, int64_t heads, int64_t pos) const {
     }
 }
 
-// x += o(attention(rope(q), rope(k), v)) of rmsnorm(x); each row's keys and values appended to its slot
+// x += o(attention(rope(q), rope(k), v)) of rmsnorm(x); each row's keys and values written to its
+// slot's cache. The threads meet only where one reads what another wrote: each norms its share of
+// the rows; each owns the kv heads team.share(Hkv) gives it (their q heads, keys and values), whose
+// columns it computes, norms, rotates and caches, and attends with them when every thread owns as
+// many; each then adds its columns of o's output to x. (One thread norming and rotating every row,
+// reading the other's columns across the cores, kept that thread waiting 5-10 us a layer.)
 void DecodeEngine::Impl::attention(const Team& team, const Layer& l, size_t layer, const std::vector<int64_t>& at_slot,
                                    int64_t M) {
-  const int64_t qw = Hq * Dh, kv = Hkv * Dh;
-  if (team.lead())
-    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, l.norm_in, eps, &h[m * D]);
+  const int64_t qw = Hq * Dh, kv = Hkv * Dh, group = Hq / Hkv;
   team.sync();
-  times(team, l.q, h.data(), M, q.data());
-  times(team, l.k, h.data(), M, k.data());
-  times(team, l.v, h.data(), M, v.data());
+  for (auto [m, m1] = team.share(M); m < m1; ++m) rms_norm(&x[m * D], D, l.norm_in, eps, &h[m * D]);
   team.sync();
-  if (team.lead())
-    for (int64_t m = 0; m < M; ++m) {
-      float *qm = &q[m * qw], *km = &k[m * kv];
-      if (l.q_norm && l.norm_per_head) {
-        for (int64_t hd = 0; hd < Hq; ++hd) rms_norm(qm + hd * Dh, Dh, l.q_norm, eps, qm + hd * Dh);
-        for (int64_t hd = 0; hd < Hkv; ++hd) rms_norm(km + hd * Dh, Dh, l.k_norm, eps, km + hd * Dh);
-      } else if (l.q_norm) {
-        rms_norm(qm, qw, l.q_norm, eps, qm), rms_norm(km, kv, l.k_norm, eps, km);
-      }
-      const int64_t slot = at_slot[m];
-      rope(qm, Hq, pos[m]), rope(km, Hkv, pos[m]);
-      keys[slot][layer].insert(keys[slot][layer].end(), km, km + kv);
-      values[slot][layer].insert(values[slot][layer].end(), &v[m * kv], &v[m * kv] + kv);
+  const auto [g0, g1] = team.share(Hkv);
+  times(l.q, h.data(), M, q.data(), g0 * group * Dh, g1 * group * Dh);
+  times(l.k, h.data(), M, k.data(), g0 * Dh, g1 * Dh);
+  times(l.v, h.data(), M, v.data(), g0 * Dh, g1 * Dh);
+  if (l.q_norm && !l.norm_per_head) {  // over the whole projection: every head's columns
+    team.sync();
+    for (auto [m, m1] = team.share(M); m < m1; ++m)
+      rms_norm(&q[m * qw], qw, l.q_norm, eps, &q[m * qw]), rms_norm(&k[m * kv], kv, l.k_norm, eps, &k[m * kv]);
+    team.sync();
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    float *qm = &q[m * qw + g0 * group * Dh], *km = &k[m * kv + g0 * Dh];
+    if (l.q_norm && l.norm_per_head) {
+      for (int64_t hd = 0; hd < (g1 - g0) * group; ++hd) rms_norm(qm + hd * Dh, Dh, l.q_norm, eps, qm + hd * Dh);
+      for (int64_t hd = 0; hd < g1 - g0; ++hd) rms_norm(km + hd * Dh, Dh, l.k_norm, eps, km + hd * Dh);
     }
-  team.sync();
+    rope(qm, (g1 - g0) * group, pos[m]), rope(km, g1 - g0, pos[m]);
+    const int64_t at = pos[m] * kv + g0 * Dh, n = (g1 - g0) * Dh;
+    std::copy_n(km, n, &keys[at_slot[m]][layer][at]);
+    std::copy_n(&v[m * kv + g0 * Dh], n, &values[at_slot[m]][layer][at]);
+  }
+  if (Hkv % team.size) team.sync();  // attend shares (run, head) items instead
   attend(team, layer, at_slot);
   team.sync();
   times(team, l.o, att.data(), M, y.data());
-  team.sync();
-  if (team.lead())
-    for (int64_t i = 0; i < M * D; ++i) x[i] += y[i];
+  const auto [c0, c1] = team.columns(D);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = c0; c < c1; ++c) x[m * D + c] += y[m * D + c];
 }
 
 // att = softmax(q k^T / sqrt(Dh)) v per (row, head), over the row's own keys; query head h reads
 // kv head h / (Hq / Hkv). The work items: runs of at most kAttendRows rows of one slot at
-// consecutive positions (a prompt's rows, or a decoding row alone) times the kv heads. An item's
+// consecutive positions (a prompt's rows, or a decoding row alone) times the kv heads: this thread's
+// own heads when every thread owns as many, else a share of all items. An item's
 // dot products are one row-kernel product, [rows x heads of the group, Dh] by the keys up to its
 // last row's position (a 512-token quickstart prompt: 43 -> 36-37 ms, AVX-512 EPYC, docs/benchmarks.md);
 // each row then reads only its own positions' scores, and the kernel's sum for a score does not
@@ -274,10 +212,13 @@ void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vecto
   const int64_t qw = Hq * Dh, kv = Hkv * Dh, group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   thread_local std::vector<float> qs, p;
-  const auto [i0, i1] = team.share(static_cast<int64_t>(runs.size()) * Hkv);
+  const bool own = Hkv % team.size == 0;
+  const int64_t g0 = own ? team.share(Hkv).first : 0, heads = own ? team.share(Hkv).second - g0 : Hkv;
+  const auto items = static_cast<int64_t>(runs.size()) * heads;
+  const auto [i0, i1] = own ? std::pair<int64_t, int64_t>{0, items} : team.share(items);
   for (int64_t i = i0; i < i1; ++i) {
-    const auto [m0, m1] = runs[i / Hkv];
-    const int64_t g = i % Hkv, rows = (m1 - m0) * group, S = pos[m1 - 1] + 1, slot = at_slot[m0];
+    const auto [m0, m1] = runs[i / heads];
+    const int64_t g = g0 + i % heads, rows = (m1 - m0) * group, S = pos[m1 - 1] + 1, slot = at_slot[m0];
     const float* key = keys[slot][layer].data() + g * Dh;
     const float* value = values[slot][layer].data() + g * Dh;
     qs.resize(rows * Dh), p.resize(rows * S);
@@ -290,73 +231,74 @@ void DecodeEngine::Impl::attend(const Team& team, size_t layer, const std::vecto
   }
 }
 
-// the router's pairs of the M rows of h grouped by unit (pair_row, pair_weight, offsets), their rows gathered
-void DecodeEngine::Impl::route(const Layer& l, int64_t M) {
-  const int64_t E = l.router.w.N;
-  times(Team{}, l.router.w, h.data(), M, logits.data());
-  for (auto& rows : by_unit) rows.clear();
-  for (int64_t m = 0; m < M; ++m) {
-    l.router.pick(&logits[m * E], score, order, picked);
-    for (auto [e, w] : picked) by_unit[e].emplace_back(m, w);
-  }
-  pair_row.clear(), pair_weight.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    offsets[e] = static_cast<int64_t>(pair_row.size());
-    for (auto [m, w] : by_unit[e]) {
-      std::copy_n(&h[m * D], D, &rows_in[static_cast<int64_t>(pair_row.size()) * D]);
-      pair_row.push_back(m), pair_weight.push_back(w);
+// this thread's share of the rows: h = rmsnorm(x), the router's picks (picks) and the shared
+// expert's gate
+void DecodeEngine::Impl::route(const Team& team, const Layer& l, int64_t M) {
+  auto& r = routed[team.id];
+  const int64_t E = l.moe ? l.router.w.N : 0;
+  r.score.resize(E), r.order.resize(E);
+  for (auto [m, m1] = team.share(M); m < m1; ++m) {
+    rms_norm(&x[m * D], D, l.norm_post, eps, &h[m * D]);
+    if (l.moe) {
+      times(l.router.w, &h[m * D], 1, &logits[m * E], 0, E);
+      l.router.pick(&logits[m * E], r.score, r.order, picks[m]);
+    }
+    if (l.shared_gate.N > 0) {
+      times(l.shared_gate, &h[m * D], 1, &shared_gate[m], 0, 1);
+      shared_gate[m] = 1.0f / (1.0f + std::exp(-shared_gate[m]));
     }
   }
-  offsets[E] = static_cast<int64_t>(pair_row.size());
 }
 
 // x += ffn(rmsnorm(x)): the dense FFN, or sum_k w_k expert_k (+ gate * shared expert), each chosen
-// expert run once on the rows that chose it
+// expert run once on the rows that chose it; every thread groups the pairs itself and computes its
+// columns of each product, activation and sum
 void DecodeEngine::Impl::feed_forward(const Team& team, const Layer& l, int64_t M) {
-  if (team.lead()) {
-    for (int64_t m = 0; m < M; ++m) rms_norm(&x[m * D], D, l.norm_post, eps, &h[m * D]);
-    if (l.moe) route(l, M);
-  }
   team.sync();
-  const int64_t E = l.moe ? l.router.w.N : 1;
-  auto rows = [&](int64_t e) { return l.moe ? offsets[e + 1] - offsets[e] : M; };
-  auto first = [&](int64_t e) { return l.moe ? offsets[e] : 0; };
-  const float* in = l.moe ? rows_in.data() : h.data();
-  float* out = l.moe ? part.data() : y.data();
-  const int64_t F = l.units[0].gate.N;
+  route(team, l, M);
+  team.sync();
+  auto& r = routed[team.id];
+  if (l.moe) r.group(picks, M, l.router.w.N, h.data(), D);
+  const int64_t E = l.moe ? l.router.w.N : 1, F = l.units[0].gate.N, P = l.moe ? r.pairs() : M;
+  auto rows = [&](int64_t e) { return l.moe ? r.rows(e) : M; };
+  auto first = [&](int64_t e) { return l.moe ? r.first(e) : 0; };
+  const float* in = l.moe ? r.in.data() : h.data();
+  const auto [f0, f1] = team.columns(F);
   for (int64_t e = 0; e < E; ++e) {
-    if (rows(e) == 0) continue;
-    times(team, l.units[e].gate, in + first(e) * D, rows(e), &g[first(e) * F]);
-    if (l.units[e].up.N) times(team, l.units[e].up, in + first(e) * D, rows(e), &u[first(e) * F]);
+    times(l.units[e].gate, in + first(e) * D, rows(e), &g[first(e) * F], f0, f1);
+    if (l.units[e].up.N) times(l.units[e].up, in + first(e) * D, rows(e), &u[first(e) * F], f0, f1);
   }
-  const int64_t Fs = l.shared ? l.shared->gate.N : 0;
+  activate(g.data(), l.units[0].up.N ? u.data() : nullptr, P, F, f0, f1);
   if (l.shared) {
-    times(team, l.shared->gate, h.data(), M, shared_g.data());
-    if (l.shared->up.N) times(team, l.shared->up, h.data(), M, shared_u.data());
+    const int64_t Fs = l.shared->gate.N;
+    const auto [s0, s1] = team.columns(Fs);
+    times(l.shared->gate, h.data(), M, shared_g.data(), s0, s1);
+    if (l.shared->up.N) times(l.shared->up, h.data(), M, shared_u.data(), s0, s1);
+    activate(shared_g.data(), l.shared->up.N ? shared_u.data() : nullptr, M, Fs, s0, s1);
   }
   team.sync();
-  activate(team, g.data(), l.units[0].up.N ? u.data() : nullptr, (l.moe ? offsets[E] : M) * F);
-  if (l.shared) activate(team, shared_g.data(), l.shared->up.N ? shared_u.data() : nullptr, M * Fs);
-  team.sync();
-  for (int64_t e = 0; e < E; ++e)
-    if (rows(e) > 0) times(team, l.units[e].down, &g[first(e) * F], rows(e), out + first(e) * D);
+  float* out = l.moe ? part.data() : y.data();
+  for (int64_t e = 0; e < E; ++e) times(team, l.units[e].down, &g[first(e) * F], rows(e), out + first(e) * D);
   if (l.shared) times(team, l.shared->down, shared_g.data(), M, shared_part.data());
-  team.sync();
-  if (!team.lead()) return;
+  combine(team, l, M);
+}
+
+// this thread's columns of y = sum over pairs of w * part (pairs in unit order) + gate * the shared
+// expert's, then x += y
+void DecodeEngine::Impl::combine(const Team& team, const Layer& l, int64_t M) {
+  const auto [c0, c1] = team.columns(D);
+  const auto& r = routed[team.id];
   if (l.moe) {
-    std::fill(y.begin(), y.begin() + M * D, 0.0f);
-    for (size_t p = 0; p < pair_row.size(); ++p)
-      for (int64_t d = 0; d < D; ++d) y[pair_row[p] * D + d] += pair_weight[p] * part[p * D + d];
+    for (int64_t m = 0; m < M; ++m) std::fill(&y[m * D + c0], &y[m * D + c1], 0.0f);
+    for (int64_t p = 0; p < r.pairs(); ++p)
+      for (int64_t c = c0; c < c1; ++c) y[r.row[p] * D + c] += r.weight[p] * part[p * D + c];
   }
   for (int64_t m = 0; l.shared && m < M; ++m) {
-    float gate = 1;
-    if (l.shared_gate.N > 0) {
-      times(Team{}, l.shared_gate, &h[m * D], 1, &gate);
-      gate = 1.0f / (1.0f + std::exp(-gate));
-    }
-    for (int64_t d = 0; d < D; ++d) y[m * D + d] += gate * shared_part[m * D + d];
+    const float gate = l.shared_gate.N > 0 ? shared_gate[m] : 1.0f;
+    for (int64_t c = c0; c < c1; ++c) y[m * D + c] += gate * shared_part[m * D + c];
   }
-  for (int64_t i = 0; i < M * D; ++i) x[i] += y[i];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = c0; c < c1; ++c) x[m * D + c] += y[m * D + c];
 }
 
 // every block, the final norm and the head on the M rows of x -> out [M, V]
@@ -365,8 +307,9 @@ void DecodeEngine::Impl::run(const Team& team, const std::vector<int64_t>& at_sl
     attention(team, layers[l], l, at_slot, M);
     feed_forward(team, layers[l], M);
   }
-  if (team.lead())
-    for (size_t i = 0; i < last.size(); ++i) rms_norm(&x[last[i] * D], D, final_norm, eps, &h_last[i * D]);
+  team.sync();
+  for (auto [i, i1] = team.share(static_cast<int64_t>(last.size())); i < i1; ++i)
+    rms_norm(&x[last[i] * D], D, final_norm, eps, &h_last[i * D]);
   team.sync();
   times(team, head, h_last.data(), static_cast<int64_t>(last.size()), out);
 }
@@ -386,6 +329,10 @@ at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::ve
     if (std::find(at_slot.begin() + m + 1, at_slot.end(), slot) == at_slot.end()) s.last.push_back(m);
     weight_row(s.embed, tokens[m], &s.x[m * s.D]);
   }
+  const int64_t kv = s.Hkv * s.Dh;
+  for (int64_t m = 0; m < M; ++m)  // room for the rows' keys and values, which their heads' threads write
+    for (auto* cache : {&s.keys[at_slot[m]], &s.values[at_slot[m]]})
+      for (auto& layer : *cache) layer.resize(std::max<size_t>(layer.size(), (s.pos[m] + 1) * kv));
   s.runs.clear();
   for (int64_t m = 0; m < M; ++m)
     if (m == 0 || at_slot[m] != at_slot[m - 1] || m - s.runs.back().first == kAttendRows)
@@ -395,6 +342,7 @@ at::Tensor DecodeEngine::step(const std::vector<int64_t>& at_slot, const std::ve
   auto logits = at::empty({static_cast<int64_t>(s.last.size()), s.V}, at::TensorOptions().dtype(at::kFloat));
   float* out = logits.data_ptr<float>();
   const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  if (static_cast<int>(s.routed.size()) < threads) s.routed.resize(threads);
   if (threads <= 1) {
     s.run(Team{}, at_slot, M, out);
   } else {

@@ -32,8 +32,12 @@ Matrix matrix(const at::Tensor& w, const at::Tensor& b) {
 }
 
 void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y) {
-  const auto [n0, n1] = team.share(w.N, 4);
-  if (n0 >= n1) return;
+  const auto [n0, n1] = team.columns(w.N);
+  times(w, x, M, y, n0, n1);
+}
+
+void times(const Matrix& w, const float* x, int64_t M, float* y, int64_t n0, int64_t n1) {
+  if (n0 >= n1 || M == 0) return;
   if (w.dtype == at::kBFloat16)
     rows_part(x, w.K, M, w.K, static_cast<const uint16_t*>(w.data), w.ld, n0, n1, y, w.N);
   else if (w.dtype == at::kChar)
@@ -65,9 +69,25 @@ MF_ALWAYS_INLINE void activate_body(float* g, const float* u, int64_t n) {
 }
 MF_SIMD_FUNCTION(activate_range, activate_body, (float* g, const float* u, int64_t n), (g, u, n))
 
-void activate(const Team& team, float* g, const float* u, int64_t n) {
-  const auto [i0, i1] = team.share(n, 16);
-  activate_range(g + i0, u ? u + i0 : nullptr, i1 - i0);
+void activate(float* g, const float* u, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
+  if (c0 >= c1) return;
+  for (int64_t r = 0; r < rows; ++r) activate_range(g + r * ld + c0, u ? u + r * ld + c0 : nullptr, c1 - c0);
+}
+
+void Routed::group(const std::vector<std::vector<std::pair<int64_t, float>>>& picks, int64_t M, int64_t E,
+                   const float* h, int64_t D) {
+  by_unit.resize(E), offsets.resize(E + 1);
+  for (auto& rows : by_unit) rows.clear();
+  for (int64_t m = 0; m < M; ++m)
+    for (auto [e, w] : picks[m]) by_unit[e].emplace_back(m, w);
+  row.clear(), weight.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    offsets[e] = pairs();
+    for (auto [m, w] : by_unit[e]) row.push_back(m), weight.push_back(w);
+  }
+  offsets[E] = pairs();
+  if (static_cast<int64_t>(in.size()) < pairs() * D) in.resize(pairs() * D);
+  for (int64_t p = 0; p < pairs(); ++p) std::copy_n(h + row[p] * D, D, &in[p * D]);
 }
 
 void Router::pick(const float* logits, std::vector<float>& score, std::vector<int64_t>& order,

@@ -59,9 +59,14 @@ struct Team {
     const int64_t blocks = (n + align - 1) / align;
     return {std::min(n, blocks * id / size * align), std::min(n, blocks * (id + 1) / size * align)};
   }
+  // this thread's columns of a product with n outputs (times() takes these), and of the
+  // elementwise work on them, which it then finds in its own cache
+  std::pair<int64_t, int64_t> columns(int64_t n) const { return share(n, 4); }
 };
 
-// this thread's outputs of y[m] = w x[m] (+ b) for the M rows of x [M, K] into y [M, N]
+// outputs [n0, n1) of y[m] = w x[m] (+ b) for the M rows of x [M, K] into y [M, N]
+void times(const Matrix& w, const float* x, int64_t M, float* y, int64_t n0, int64_t n1);
+// the same for this thread's columns
 void times(const Team& team, const Matrix& w, const float* x, int64_t M, float* y);
 // out = x / sqrt(mean(x^2) + eps) * weight over n numbers (RMSNormImpl)
 void rms_norm(const float* x, int64_t n, const float* weight, double eps, float* out);
@@ -72,8 +77,9 @@ struct Unit {
   Matrix gate, up, down;
 };
 
-// this thread's share of act(g) [* u] in place of g for n numbers (SwiGLU when `u`, else exact GELU)
-void activate(const Team& team, float* g, const float* u, int64_t n);
+// act(g) [* u] in place of g (SwiGLU when `u`, else exact GELU) in columns [c0, c1) of `rows` rows
+// `ld` apart
+void activate(float* g, const float* u, int64_t rows, int64_t ld, int64_t c0, int64_t c1);
 
 // RouterImpl's top-k scoring, selection and weights for one token
 struct Router {
@@ -89,6 +95,24 @@ struct Router {
   // logits [E] -> (unit, weight) pairs, best first; `score` and `order` are scratch of E numbers
   void pick(const float* logits, std::vector<float>& score, std::vector<int64_t>& order,
             std::vector<std::pair<int64_t, float>>& out) const;
+};
+
+// A step's routed pairs grouped by unit, as each thread builds them from every row's picks (a copy
+// of its own: it then reads the gathered rows from its own cache, and waits for no other thread),
+// and that thread's scratch for Router::pick.
+struct Routed {
+  std::vector<int64_t> row, offsets;                            // pairs of unit e: offsets[e] <= p < offsets[e + 1]
+  std::vector<float> weight, in;                                // in [P, D]: the pairs' rows of h
+  std::vector<std::vector<std::pair<int64_t, float>>> by_unit;  // (row, weight) per unit
+  std::vector<float> score;
+  std::vector<int64_t> order;
+
+  // picks[m]: row m's (unit, weight) pairs, m < M; E units; h [M, D]
+  void group(const std::vector<std::vector<std::pair<int64_t, float>>>& picks, int64_t M, int64_t E, const float* h,
+             int64_t D);
+  int64_t first(int64_t e) const { return offsets[e]; }
+  int64_t rows(int64_t e) const { return offsets[e + 1] - offsets[e]; }
+  int64_t pairs() const { return static_cast<int64_t>(row.size()); }
 };
 
 // out [Dh] = softmax(scale p_j) . value_j over the S cached positions j (rows `stride` apart), p
