@@ -2,7 +2,7 @@
 //
 // Why not LibTorch's own bf16: its linear goes through oneDNN, which rounds the activations to
 // bf16 as well (bf16 x bf16 products), and whose speed depends on the CPU (on an AVX-512-BF16 EPYC:
-// as fast as the kernel below at one row, 1.4x faster than float32 at 64 rows; K 2048, N 6144,
+// as fast as core/row_kernel.h at one row, 1.4x faster than float32 at 64 rows; K 2048, N 6144,
 // python3-torch 1.13); its bf16 -> float32 copy ran at 0.3 GB/s (82 ms for 12.6 M numbers). So
 // activations stay float32 and only the large matrices are held in bf16; `project` widens their
 // rows to float32 as it reads them (a bf16 number is the top half of a float32): a decoded token
@@ -19,7 +19,7 @@ namespace mf {
 
 // y = x w^T (+ b), w [N, K], x [..., K]: core/tiles_linear.h (our unit GEMMs where they are taken,
 // else LibTorch's linear), or for a bf16 or int8 (core/q8.h) w with float32 x on the CPU outside
-// autograd, the kernel below (any other x: w widened to x's dtype first).
+// autograd, core/row_kernel.h's kernel (any other x: w widened to x's dtype first).
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 // out = x w^T for x [M, K] into out [M, N] (rows contiguous): the same choice, no allocation
 // for a float32 or float64 w.
@@ -43,27 +43,5 @@ at::Tensor widened(const at::Tensor& w, at::ScalarType dtype);
 // AVX-512 EPYC; ms, row kernel / panels / float32 linear): 1 row 0.34 / 3.0 / 2.6, 16 rows 2.2 / 4.7 /
 // 4.0, 32 rows 3.5 / 7.1 / 5.6, 64 rows 6.5 / 10.9 / 9.2, 128 rows 15.3 / 19.2 / 17.8.
 inline constexpr int64_t kBf16KernelRows = 128;
-
-// The kernel: y[m * ldy + n] = sum_k x[m * ldx + k] float(w[n * ldw + k]) for m < M, n < N,
-// k < K; w holds bf16 bit patterns. Threads split n (at::parallel_for). Variants for AVX-512,
-// AVX2 + FMA and baseline x86-64 (core/simd.h's level).
-void bf16_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t N, float* y,
-               int64_t ldy);
-
-// The same kernel on float32 weights: the decode engine's matrix-times-rows (serve/decode_engine.h),
-// where a few rows make LibTorch's linear mostly call overhead.
-void f32_rows(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t N, float* y,
-              int64_t ldy);
-// ... and on int8 weights (core/q8.h): each weight its int8 number times its block's scale.
-void q8_rows(const float* x, int64_t ldx, int64_t M, int64_t K, Q8Rows w, int64_t ldw, int64_t N, float* y,
-             int64_t ldy);
-// One thread's share of any of them: outputs n0 <= n < n1 only, on the calling thread (callers that split
-// the work among their own threads).
-void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const uint16_t* w, int64_t ldw, int64_t n0,
-               int64_t n1, float* y, int64_t ldy);
-void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w, int64_t ldw, int64_t n0, int64_t n1,
-               float* y, int64_t ldy);
-void rows_part(const float* x, int64_t ldx, int64_t M, int64_t K, Q8Rows w, int64_t ldw, int64_t n0, int64_t n1,
-               float* y, int64_t ldy);
 
 }  // namespace mf

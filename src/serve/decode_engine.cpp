@@ -11,6 +11,7 @@
 #include <typeinfo>
 
 #include "core/bf16.h"
+#include "core/row_kernel.h"
 #include "serve/decode_layers.h"
 
 namespace mf {

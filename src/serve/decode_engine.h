@@ -5,10 +5,10 @@
 // LibTorch operator calls around it. The module path spends ~1,500 such calls per token on the
 // quickstart model (routing, dispatch, statistics, views), and its speed was a sixth of the
 // memory-bandwidth bound. Here a step runs, per layer, RMSNorm, the q/k/v projections (the
-// row kernel of core/bf16.h, float32, bf16 or int8 weights), RoPE, attention over this engine's own
-// cache, the output projection, and the FFN: a dense SwiGLU/GELU, or a top-k router and the
-// chosen experts' products grouped by expert across rows, shared experts and their gate; then the
-// final norm and the head. Buffers are allocated once; the only LibTorch call of a step is the
+// row kernel of core/row_kernel.h, float32, bf16 or int8 weights), RoPE, attention over this
+// engine's own cache, the output projection, and the FFN: a dense SwiGLU/GELU, or a top-k router
+// and the chosen experts' products grouped by expert across rows, shared experts and their gate;
+// then the final norm and the head. Buffers are allocated once; the only LibTorch call of a step is the
 // logits tensor it returns (`bench generate` counts them).
 //
 // Each row (slot) keeps its own position, so rows at different lengths decode together (what a

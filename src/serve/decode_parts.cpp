@@ -6,6 +6,7 @@
 
 #include "core/bf16.h"
 #include "core/exp_poly.h"
+#include "core/row_kernel.h"
 #include "core/simd.h"
 
 namespace mf::decoding {

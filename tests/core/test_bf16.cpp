@@ -10,6 +10,7 @@
 
 #include "core/bf16.h"
 #include "core/row_errors.h"
+#include "core/row_kernel.h"
 
 using namespace mf;
 

@@ -13,6 +13,7 @@
 #include "core/bf16.h"
 #include "core/q8.h"
 #include "core/row_errors.h"
+#include "core/row_kernel.h"
 
 using namespace mf;
 using test::rel_error;
