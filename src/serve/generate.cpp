@@ -7,6 +7,7 @@
 
 #include "data/tokenizer.h"
 #include "serve/decode_engine.h"
+#include "serve/sampling.h"
 
 namespace mf {
 
@@ -38,6 +39,8 @@ int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::G
       logits_V.is_cpu() && logits_V.dim() == 1)
     return first_max(logits_V.data_ptr<float>(), logits_V.numel());
   if (opt.temperature < kGreedyBelow) return logits_V.argmax().item<int64_t>();
+  if (logits_V.scalar_type() == at::kFloat && logits_V.is_contiguous() && logits_V.is_cpu() && logits_V.dim() == 1)
+    return sample_token(logits_V.data_ptr<float>(), logits_V.numel(), opt.temperature, opt.top_p, gen);
   auto probs = top_p_filter(torch::softmax(logits_V / opt.temperature, -1), opt.top_p);
   return torch::multinomial(probs, 1, false, gen).item<int64_t>();
 }

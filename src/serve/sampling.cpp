@@ -1,0 +1,145 @@
+#include "serve/sampling.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "core/exp_poly.h"
+#include "core/simd.h"
+
+namespace mf {
+namespace {
+
+// e[i] = exp((logits[i] - top) / T), 0 for a -inf logit
+MF_ALWAYS_INLINE void scaled_exp_body(const float* logits, int64_t V, float top, float inv_t, float* e) {
+#pragma omp simd
+  for (int64_t i = 0; i < V; ++i) e[i] = logits[i] == -INFINITY ? 0.0f : exp_lanes((logits[i] - top) * inv_t);
+}
+MF_SIMD_FUNCTION(scaled_exp, scaled_exp_body, (const float* logits, int64_t V, float top, float inv_t, float* e),
+                 (logits, V, top, inv_t, e))
+
+MF_ALWAYS_INLINE int32_t prob_key(float e) { return __builtin_bit_cast(int32_t, e); }  // ordered as e >= 0 is
+
+// *out = the sum of the e[i] whose key is above k
+// (32 partial sums: one vector's sum waited on each add)
+MF_ALWAYS_INLINE void mass_above_body(const float* e, int64_t V, int32_t k, double* out) {
+  float part[32] = {};
+  int64_t i = 0;
+  for (; i + 32 <= V; i += 32)
+#pragma omp simd
+    for (int j = 0; j < 32; ++j) part[j] += prob_key(e[i + j]) > k ? e[i + j] : 0.0f;
+  double s = 0;
+  for (; i < V; ++i) s += prob_key(e[i]) > k ? e[i] : 0.0f;
+  for (float p : part) s += p;
+  *out = s;
+}
+MF_SIMD_FUNCTION(mass_above, mass_above_body, (const float* e, int64_t V, int32_t k, double* out), (e, V, k, out))
+
+double mass_over(const float* e, int64_t V, int32_t k) {
+  double s;
+  mass_above(e, V, k, &s);
+  return s;
+}
+
+// The nucleus of e: every token whose key is above `edge`, and those at `edge` in index order while
+// `before` plus the earlier ones' mass is below `mass`.
+struct Nucleus {
+  int32_t edge = 0;
+  double before = 0, mass = INFINITY;
+  bool keeps(float e, double& ties) const {
+    if (prob_key(e) != edge) return prob_key(e) > edge;
+    const bool kept = before + ties < mass;
+    ties += e;
+    return kept;
+  }
+};
+
+// The first tie at key v has mass_over(v) before it: kept when that is below top_p's mass.
+// mass_over() falls as v rises, so the smallest key k0 with mass_over(k0) < mass is found by
+// halving, and the edge is the smallest key present at or above it.
+Nucleus nucleus(const float* e, int64_t V, double total, double top_p) {
+  Nucleus n;
+  if (top_p >= 1) return n;
+  n.mass = top_p * total;
+  int32_t lo = 0, hi = prob_key(1.0f) + 1;  // e <= 1: mass_over(hi) = 0
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (mass_over(e, V, mid) < n.mass)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  n.edge = INT32_MAX;
+  for (int64_t i = 0; i < V; ++i)
+    if (prob_key(e[i]) >= lo && prob_key(e[i]) < n.edge) n.edge = prob_key(e[i]);
+  n.before = mass_over(e, V, n.edge);
+  return n;
+}
+
+// e (this thread's buffer) for the logits, their sum and the nucleus
+struct Weights {
+  std::vector<float>& e;
+  double total = 0;
+  Nucleus n;
+};
+
+// the largest logit
+MF_ALWAYS_INLINE void top_logit_body(const float* logits, int64_t V, float* out) {
+  float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < V; ++i) top = logits[i] > top ? logits[i] : top;
+  *out = top;
+}
+MF_SIMD_FUNCTION(top_logit, top_logit_body, (const float* logits, int64_t V, float* out), (logits, V, out))
+
+Weights weights(const float* logits, int64_t V, double temperature, double top_p) {
+  thread_local std::vector<float> buf;
+  buf.resize(V);
+  float top;
+  top_logit(logits, V, &top);
+  scaled_exp(logits, V, top, static_cast<float>(1.0 / temperature), buf.data());
+  Weights w{buf, mass_over(buf.data(), V, 0), {}};
+  if (top == INFINITY || !(w.total > 0) || !std::isfinite(w.total))  // a NaN or +inf logit, or all -inf
+    for (int64_t i = 0; i <= V; ++i)
+      TORCH_CHECK(i < V && !std::isnan(logits[i]) && logits[i] != INFINITY, "sampling: ",
+                  i < V ? fmt::format("logit {} is {}", i, logits[i]) : std::string("every logit is -inf"));
+  w.n = nucleus(buf.data(), V, w.total, top_p);
+  return w;
+}
+
+double uniform(at::Generator& gen) {
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
+}
+
+}  // namespace
+
+void nucleus_probs(const float* logits, int64_t V, double temperature, double top_p, double* probs) {
+  const auto w = weights(logits, V, temperature, top_p);
+  double ties = 0, kept = 0;
+  for (int64_t i = 0; i < V; ++i) kept += probs[i] = w.n.keeps(w.e[i], ties) ? w.e[i] : 0.0;
+  for (int64_t i = 0; i < V; ++i) probs[i] /= kept;
+}
+
+int64_t sample_token(const float* logits, int64_t V, double temperature, double top_p, at::Generator& gen) {
+  const auto w = weights(logits, V, temperature, top_p);
+  double ties = 0, kept = top_p >= 1 ? w.total : 0;
+  for (int64_t i = 0; i < V && top_p < 1; ++i)
+    if (w.n.keeps(w.e[i], ties)) kept += w.e[i];
+  const double u = uniform(gen) * kept;
+  double sum = 0;
+  int64_t last = 0;
+  ties = 0;
+  for (int64_t i = 0; i < V; ++i)
+    if (w.n.keeps(w.e[i], ties)) {
+      last = i;
+      if ((sum += w.e[i]) > u) return i;
+    }
+  return last;  // u within rounding of the kept mass
+}
+
+}  // namespace mf
