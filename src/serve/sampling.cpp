@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -44,17 +45,14 @@ double mass_over(const float* e, int64_t V, int32_t k) {
   return s;
 }
 
-// The nucleus of e: every token whose key is above `edge`, and those at `edge` in index order while
-// `before` plus the earlier ones' mass is below `mass`.
+// The nucleus of e: every token whose key is above `edge`, and those at `edge` up to index
+// `last_tie` (ties in index order while the mass before each is below top_p's)
+MF_ALWAYS_INLINE bool in_nucleus(int64_t i, float e, int32_t edge, int32_t last_tie) {
+  return prob_key(e) > edge || (prob_key(e) == edge && i <= last_tie);
+}
 struct Nucleus {
-  int32_t edge = 0;
-  double before = 0, mass = INFINITY;
-  bool keeps(float e, double& ties) const {
-    if (prob_key(e) != edge) return prob_key(e) > edge;
-    const bool kept = before + ties < mass;
-    ties += e;
-    return kept;
-  }
+  int32_t edge = -1, last_tie = -1;  // top-p 1: every token
+  bool keeps(int64_t i, float e) const { return in_nucleus(i, e, edge, last_tie); }
 };
 
 // The first tie at key v has mass_over(v) before it: kept when that is below top_p's mass.
@@ -63,11 +61,11 @@ struct Nucleus {
 Nucleus nucleus(const float* e, int64_t V, double total, double top_p) {
   Nucleus n;
   if (top_p >= 1) return n;
-  n.mass = top_p * total;
+  const double mass = top_p * total;
   int32_t lo = 0, hi = prob_key(1.0f) + 1;  // e <= 1: mass_over(hi) = 0
   while (lo < hi) {
     const int32_t mid = lo + (hi - lo) / 2;
-    if (mass_over(e, V, mid) < n.mass)
+    if (mass_over(e, V, mid) < mass)
       hi = mid;
     else
       lo = mid + 1;
@@ -75,9 +73,25 @@ Nucleus nucleus(const float* e, int64_t V, double total, double top_p) {
   n.edge = INT32_MAX;
   for (int64_t i = 0; i < V; ++i)
     if (prob_key(e[i]) >= lo && prob_key(e[i]) < n.edge) n.edge = prob_key(e[i]);
-  n.before = mass_over(e, V, n.edge);
+  double before = mass_over(e, V, n.edge);
+  for (int64_t i = 0; i < V && before < mass; ++i)
+    if (prob_key(e[i]) == n.edge) n.last_tie = static_cast<int32_t>(i), before += e[i];
   return n;
 }
+
+// sums[b] = the kept e of block b (kBlock numbers), the blocks covering V
+constexpr int64_t kBlock = 64;
+MF_ALWAYS_INLINE void kept_sums_body(const float* e, int64_t V, int32_t edge, int32_t last_tie, float* sums) {
+  for (int64_t b = 0; b * kBlock < V; ++b) {
+    const int64_t i0 = b * kBlock, i1 = std::min(V, i0 + kBlock);
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = i0; i < i1; ++i) s += in_nucleus(i, e[i], edge, last_tie) ? e[i] : 0.0f;
+    sums[b] = s;
+  }
+}
+MF_SIMD_FUNCTION(kept_sums, kept_sums_body, (const float* e, int64_t V, int32_t edge, int32_t last_tie, float* sums),
+                 (e, V, edge, last_tie, sums))
 
 // e (this thread's buffer) for the logits, their sum and the nucleus
 struct Weights {
@@ -120,26 +134,47 @@ double uniform(at::Generator& gen) {
 
 void nucleus_probs(const float* logits, int64_t V, double temperature, double top_p, double* probs) {
   const auto w = weights(logits, V, temperature, top_p);
-  double ties = 0, kept = 0;
-  for (int64_t i = 0; i < V; ++i) kept += probs[i] = w.n.keeps(w.e[i], ties) ? w.e[i] : 0.0;
+  double kept = 0;
+  for (int64_t i = 0; i < V; ++i) kept += probs[i] = w.n.keeps(i, w.e[i]) ? w.e[i] : 0.0;
   for (int64_t i = 0; i < V; ++i) probs[i] /= kept;
 }
 
+// u uniform below the kept mass; the block where the running sum passes it, then its token
 int64_t sample_token(const float* logits, int64_t V, double temperature, double top_p, at::Generator& gen) {
   const auto w = weights(logits, V, temperature, top_p);
-  double ties = 0, kept = top_p >= 1 ? w.total : 0;
-  for (int64_t i = 0; i < V && top_p < 1; ++i)
-    if (w.n.keeps(w.e[i], ties)) kept += w.e[i];
+  if (w.n.edge < 0) {  // every token: the running sum straight (no block sums needed)
+    const double u = uniform(gen) * w.total;
+    double sum = 0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < V; ++i)
+      if (w.e[i] > 0) {
+        last = i;
+        if ((sum += w.e[i]) > u) return i;
+      }
+    return last;
+  }
+  thread_local std::vector<float> sums;
+  sums.resize((V + kBlock - 1) / kBlock);
+  kept_sums(w.e.data(), V, w.n.edge, w.n.last_tie, sums.data());
+  double kept = 0;
+  for (float b : sums) kept += b;
   const double u = uniform(gen) * kept;
   double sum = 0;
-  int64_t last = 0;
-  ties = 0;
-  for (int64_t i = 0; i < V; ++i)
-    if (w.n.keeps(w.e[i], ties)) {
-      last = i;
-      if ((sum += w.e[i]) > u) return i;
+  int64_t last = -1;
+  for (size_t b = 0; b < sums.size(); ++b) {
+    if (sum + sums[b] <= u && b + 1 < sums.size()) {
+      sum += sums[b];
+      continue;
     }
-  return last;  // u within rounding of the kept mass
+    for (int64_t i = static_cast<int64_t>(b) * kBlock; i < std::min(V, static_cast<int64_t>(b + 1) * kBlock); ++i)
+      if (w.n.keeps(i, w.e[i])) {
+        last = i;
+        if ((sum += w.e[i]) > u) return i;
+      }
+  }
+  for (int64_t i = V - 1; last < 0 && i >= 0; --i)  // u within rounding of the kept mass
+    if (w.n.keeps(i, w.e[i])) last = i;
+  return last;
 }
 
 }  // namespace mf
