@@ -77,16 +77,15 @@ void activate(float* g, const float* u, int64_t rows, int64_t ld, int64_t c0, in
 
 void Routed::group(const std::vector<std::vector<std::pair<int64_t, float>>>& picks, int64_t M, int64_t E,
                    const float* h, int64_t D) {
-  by_unit.resize(E), offsets.resize(E + 1);
-  for (auto& rows : by_unit) rows.clear();
+  offsets.assign(E + 1, 0);  // a counting sort by unit, rows in order within each
   for (int64_t m = 0; m < M; ++m)
-    for (auto [e, w] : picks[m]) by_unit[e].emplace_back(m, w);
-  row.clear(), weight.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    offsets[e] = pairs();
-    for (auto [m, w] : by_unit[e]) row.push_back(m), weight.push_back(w);
-  }
-  offsets[E] = pairs();
+    for (auto [e, w] : picks[m]) ++offsets[e + 1];
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  row.resize(offsets[E]), weight.resize(offsets[E]);
+  for (int64_t m = 0; m < M; ++m)  // offsets[e] runs through unit e's pairs, ending at its end
+    for (auto [e, w] : picks[m]) row[offsets[e]] = m, weight[offsets[e]++] = w;
+  for (int64_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // back to each unit's start
+  offsets[0] = 0;
   if (static_cast<int64_t>(in.size()) < pairs() * D) in.resize(pairs() * D);
   for (int64_t p = 0; p < pairs(); ++p) std::copy_n(h + row[p] * D, D, &in[p * D]);
 }

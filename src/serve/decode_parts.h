@@ -101,9 +101,8 @@ struct Router {
 // of its own: it then reads the gathered rows from its own cache, and waits for no other thread),
 // and that thread's scratch for Router::pick.
 struct Routed {
-  std::vector<int64_t> row, offsets;                            // pairs of unit e: offsets[e] <= p < offsets[e + 1]
-  std::vector<float> weight, in;                                // in [P, D]: the pairs' rows of h
-  std::vector<std::vector<std::pair<int64_t, float>>> by_unit;  // (row, weight) per unit
+  std::vector<int64_t> row, offsets;  // pairs of unit e: offsets[e] <= p < offsets[e + 1]
+  std::vector<float> weight, in;      // in [P, D]: the pairs' rows of h
   std::vector<float> score;
   std::vector<int64_t> order;
 

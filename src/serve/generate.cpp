@@ -35,12 +35,11 @@ int64_t first_max(const float* v, int64_t n) {
 // Below kGreedyBelow the temperature's limit T -> 0, greedy, is taken: logits / T would overflow
 // (5e-324 makes every logit infinite).
 int64_t pick_token(const at::Tensor& logits_V, const SamplingOptions& opt, at::Generator& gen) {
-  if (opt.temperature < kGreedyBelow && logits_V.scalar_type() == at::kFloat && logits_V.is_contiguous() &&
-      logits_V.is_cpu() && logits_V.dim() == 1)
-    return first_max(logits_V.data_ptr<float>(), logits_V.numel());
-  if (opt.temperature < kGreedyBelow) return logits_V.argmax().item<int64_t>();
-  if (logits_V.scalar_type() == at::kFloat && logits_V.is_contiguous() && logits_V.is_cpu() && logits_V.dim() == 1)
-    return sample_token(logits_V.data_ptr<float>(), logits_V.numel(), opt.temperature, opt.top_p, gen);
+  const bool floats = logits_V.scalar_type() == at::kFloat && logits_V.is_contiguous() && logits_V.is_cpu() &&
+                      logits_V.dim() == 1;  // read in place, no LibTorch call
+  if (opt.temperature < kGreedyBelow)
+    return floats ? first_max(logits_V.data_ptr<float>(), logits_V.numel()) : logits_V.argmax().item<int64_t>();
+  if (floats) return sample_token(logits_V.data_ptr<float>(), logits_V.numel(), opt.temperature, opt.top_p, gen);
   auto probs = top_p_filter(torch::softmax(logits_V / opt.temperature, -1), opt.top_p);
   return torch::multinomial(probs, 1, false, gen).item<int64_t>();
 }
