@@ -49,7 +49,7 @@ MF_ALWAYS_INLINE void rows_backward(const T* h, const T* gw, const T* w, T* dwei
     if (swiglu) {
 #pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < M; ++c) {
-        const T g = hp[c], u = hp[M + c], s = T(1) / (T(1) + exp_lanes(-g)), silu = g * s, A = silu * u;
+        const T g = hp[c], u = hp[M + c], s = T(1) / logistic_denominator(g), silu = g * s, A = silu * u;
         const T dA = wp * gwp[c];
         dot += A * gwp[c];
         wap[c] = wp * A;

@@ -1,9 +1,13 @@
 // Config schema/validation and core utilities.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "core/config.h"
+#include "core/exp_poly.h"
 #include "core/runtime.h"
 #include "core/timing.h"
 #include "core/util.h"
@@ -263,4 +267,27 @@ TEST(SvgPlot, OnePolylinePerSeriesAndEscapedText) {
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
   EXPECT_NO_THROW(line_chart_svg({{"flat", {5}, {1}}}, {}));  // degenerate ranges
+}
+
+// logistic_denominator clamps in one test what exp_lanes clamps in two: the same numbers, bit for
+// bit, at the clamps, past them, at the infinities and for NaN (the kernels built on them are checked
+// against float64 at every SIMD level in the activation and decode tests)
+TEST(ExpPoly, LogisticDenominatorIsOnePlusExpLanesBitForBit) {
+  EXPECT_EQ(logistic_denominator(0.0f), 2.0f);  // e^0 = 1: n = 0, r = 0
+  const auto bits = [](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+  };
+  std::vector<float> g = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, INFINITY, -INFINITY, 1e30f, -1e30f};
+  for (float edge : {87.0f, 88.0f})
+    for (float v : {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, 1e9f)}) g.insert(g.end(), {v, -v});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
+  for (int i = 0; i < 100000; ++i) g.push_back(wide(rng));
+  for (float v : g) EXPECT_EQ(bits(logistic_denominator(v)), bits(1.0f + exp_lanes(-v))) << "g = " << v;
+  EXPECT_TRUE(std::isnan(logistic_denominator(NAN)));
+  EXPECT_EQ(logistic_denominator(-200.0f), 1.0f + exp_lanes(88.0f));  // e^200 clamped to e^88
+  EXPECT_EQ(logistic_denominator(200.0f), 1.0f);                      // e^-87 vanishes beside 1
+  EXPECT_NEAR(logistic_denominator(-3.0f), 1.0 + std::exp(3.0), 1e-6 * std::exp(3.0));
 }
