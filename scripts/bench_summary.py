@@ -84,16 +84,34 @@ def main(d):
         for key, name in (("pytorch_tuned", "PyTorch, our environment"), ("pytorch_default", "PyTorch, default")):
             tps = [r[key].get("tokens_per_s") for r in runs]
             print(f"| {name} | {stat(tps)} | | {stat([o / t for o, t in zip(ours, tps) if t])} |")
-    runs = load(os.path.join(d, "generate_*.json"))
+    generation(load(os.path.join(d, "generate_*.json")))
+    generation(load(os.path.join(d, "generate64_*.json")))
+    runs = load(os.path.join(d, "serve_*.json"))
     if runs:
-        print(f"\n## Generation, greedy with the KV cache ({len(runs)} runs)\n")
-        print("| batch | ours tokens/s | PyTorch tokens/s | ours vs PyTorch | bandwidth bound (batch 1) |\n|---|---|---|---|---|")
-        for b in (1, 8):
-            k = f"batch{b}_tokens_per_s"
-            ours = [r["moeforge"][k] for r in runs]
-            theirs = [r["pytorch"].get(k) for r in runs]
-            print(f"| {b} | {stat(ours)} | {stat(theirs)} | {stat([o / t for o, t in zip(ours, theirs) if t])} | "
-                  f"{stat([r['bound_tokens_per_s'] for r in runs]) if b == 1 else ''} |")
+        print(f"\n## Server, 16 clients arriving over 2 s ({len(runs)} runs)\n")
+        print("| batching | tokens/s | p50 ms | p95 ms |\n|---|---|---|---|")
+        for batching in dict.fromkeys(x["batching"] for x in runs[0]):
+            rows = [x for run in runs for x in run if x["batching"] == batching]
+            print(f"| {batching} | {stat([x['tokens_per_s'] for x in rows])} | {stat([x['p50_ms'] for x in rows])} | "
+                  f"{stat([x['p95_ms'] for x in rows])} |")
+
+
+def generation(runs):
+    if not runs:
+        return
+    print(f"\n## Generation, greedy with the KV cache: {runs[0]['source']} ({len(runs)} runs)\n")
+    print("| batch | ours tokens/s | decode steps vs bound | PyTorch tokens/s | ours vs PyTorch | bandwidth bound "
+          "(batch 1) |\n|---|---|---|---|---|---|")
+    for b in (1, 8):
+        k = f"batch{b}_tokens_per_s"
+        ours = [r["moeforge"][k] for r in runs]
+        theirs = [r["pytorch"].get(k) for r in runs]
+        steps = [r["moeforge"]["batch1_steps_tokens_per_s"] / r["bound_tokens_per_s"] for r in runs] if b == 1 else []
+        print(f"| {b} | {stat(ours)} | {stat(steps) if b == 1 else ''} | {stat(theirs)} | "
+              f"{stat([o / t for o, t in zip(ours, theirs) if t])} | "
+              f"{stat([r['bound_tokens_per_s'] for r in runs]) if b == 1 else ''} |")
+    ratio = [r["moeforge"]["batch8_tokens_per_s"] / r["moeforge"]["batch1_tokens_per_s"] for r in runs]
+    print(f"\nbatch 8 / batch 1: {stat(ratio)}")
 
 
 if __name__ == "__main__":
