@@ -168,7 +168,10 @@ expect_ok "train.grad_accum" -- "$MF" config --markdown
 grep -q "aten::" runs/prof/profile.txt && grep -q "all operators" runs/prof/profile.txt || fail "profile table"
 [ -s runs/prof/profile.json ] || fail "profile trace"
 expect_ok "model GFLOP/s" -- "$MF" bench train tiny.toml --steps 2 --warmup 2 --peer ''
-expect_ok "llama.cpp (node-llama-cpp" -- "$MF" bench generate tiny.toml --tokens 3 --peer '' --llama "$SRC/tests/llama/llama_peer.mjs"
+expect_ok "llama.cpp (node-llama-cpp" -- "$MF" bench generate tiny.toml --tokens 3 --peer '' --llama "$SRC/tests/llama/llama_peer.mjs" --json gen.json
+python3 -c 'import json, sys; m = json.load(open("gen.json"))["moeforge"]
+sys.exit(not all(m[k] > 0 for k in ("batch1_vs_bound", "batch1_read_gbs", "batch1_modules_vs_bound")))' ||
+  fail "bench generate: batch 1 against the bound measured beside it ($(cat gen.json))"
 expect_ok "AdamW, 3 steps" -- "$MF" bench kernels --iters 1
 
 # damaged checkpoint: exit 3 with the file named

@@ -19,7 +19,11 @@ struct GenerateBenchRow {
   double tokens_per_s = 0;        // generated tokens (all rows) per second, prefill included
   double step_tokens_per_s = 0;   // the decode steps alone: tokens after each row's first, from the first to the last
   double calls_per_step = 0;      // LibTorch operator calls per decode step (prefill and sampling included)
+  // batch 1: the median of kBoundRounds rounds by this ratio of the decode steps' speed to the
+  // bound (weight bytes per step at the streaming read, the faster of the reads before and after it)
+  double vs_bound = 0, read_gbs = 0;
 };
+constexpr int kBoundRounds = 3;
 
 // Prompt processing at batch 1: prompt tokens per second up to the first new token (prefill, by the
 // decode engine in steps of DecodeEngine::kPrefillRows tokens where it runs the model, and picking
