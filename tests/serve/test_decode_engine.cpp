@@ -196,6 +196,28 @@ TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
   at::set_num_threads(2);
 }
 
+// Each thread computes its share of every product's outputs, shares that move with the thread
+// count: the logits of every block shape are the same bit for bit whatever the thread count (an
+// output's sums run in one order whichever thread and tile compute it)
+TEST(DecodeEngine, LogitsDoNotDependOnTheThreadCount) {
+  for (const auto& [name, cfg] : engine_cases())
+    for (auto weights : {at::kFloat, at::kChar}) {
+      auto m = engine_model(cfg, weights);
+      std::vector<at::Tensor> first;
+      for (int team : {1, 2, 3}) {
+        at::set_num_threads(team);
+        DecodeEngine e(*m, 2);
+        std::vector<at::Tensor> logits = {e.prefill(0, {3, 14, 15, 92, 65}), e.step({0, 1, 1}, {35, 89, 79})};
+        for (int i = 0; i < 3; ++i) logits.push_back(e.step({0, 1}, {7 + i, 11 + i}));
+        for (size_t i = 0; i < first.size(); ++i)
+          EXPECT_TRUE(logits[i].equal(first[i]))
+              << name << ", " << weight_dtype_name(weights) << ": step " << i << ", " << team << " threads";
+        if (first.empty()) first = logits;
+      }
+    }
+  at::set_num_threads(2);
+}
+
 TEST(DecodeStream, RowsJoiningAndLeavingBetweenStepsEqualGenerateTokenForToken) {
   auto c = test::plain_moe();
   c.max_seq_len = 128;
