@@ -39,9 +39,10 @@ struct GenerateBenchResult {
   std::vector<GenerateBenchRow> rows;
   std::vector<PrefillBenchRow> prefill;
   double weight_bytes_per_step = 0;  // active parameters except the embedding table, float32 (bf16: half)
-  double read_gbs = 0;               // streaming-read bandwidth (core/bandwidth.h), the higher of before and after
-  double copy_gbs = 0;               // large-copy bandwidth, read + write, for comparison (the same)
-  double bound_tokens_per_s = 0;     // batch 1: read bandwidth / weight bytes per step
+  double read_gbs = 0;  // streaming-read bandwidth (core/bandwidth.h), the higher of the benchmark's start and end
+                        // (batch 1's rows take their own, measured beside them: GenerateBenchRow::vs_bound)
+  double copy_gbs = 0;  // large-copy bandwidth, read + write, for comparison (the same)
+  double bound_tokens_per_s = 0;   // batch 1: read bandwidth / weight bytes per step
   std::string units_path;          // how the modules' MoE layers ran their experts (moe/dispatch.h); "" = no MoE layer
   std::string engine_unsupported;  // DecodeEngine::unsupported: "" where the engine decodes
 };
