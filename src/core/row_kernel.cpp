@@ -142,11 +142,11 @@ MF_ALWAYS_INLINE Vec lane_sums(const Vec (&v)[R]) {
   }
 }
 
-// y[m * ldy + n] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN; Ahead: the next
-// tile's weight rows prefetched along the way
+// y[m * ldy + n * step] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN; Ahead: the
+// next tile's weight rows prefetched along the way
 template <int W, int RM, int RN, bool Ahead, class P>
 MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P& w, int64_t at, int64_t ldw, float* y,
-                                int64_t ldy) {
+                                int64_t ldy, int64_t step = 1) {
   using Vec = typename Bf16Lanes<W>::Vec;
   Vec acc[RM][RN];
   for (int m = 0; m < RM; ++m)
@@ -168,7 +168,7 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
     for (int n = 0; n < RN; ++n) {
       float s = sums[n];
       for (int64_t j = k; j < K; ++j) s += x[m * ldx + j] * weight_value(w, at + n * ldw + j);
-      y[m * ldy + n] = s;
+      y[m * ldy + n * step] = s;
     }
   }
 }
@@ -191,6 +191,32 @@ MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int6
   return n;
 }
 
+// rows [n0, n0 + RN S) of w, S = (n1 - n0) / RN, against every row of x, as S tiles of rows n0 + r + j S
+// (j < RN): each of the tile's weight streams runs on through consecutive rows where a tile of
+// neighbouring rows ends them every RN rows. One-row products, 2 threads, 460 MB of weights:
+// rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55 (docs/benchmarks.md); taken
+// from kStridedBytes of weights on (in-process rounds, the 64-expert model's decode step: float32
+// 0.91-0.92x the time, bf16 0.92x, int8 0.98x; the quickstart's, whose weights the cache holds,
+// 1.01-1.10x, where strided tiles for every product took 1.07-1.18x). Returns where the tiles end.
+constexpr int64_t kStridedBytes = int64_t{512} << 10;
+template <class P>
+constexpr int64_t weight_size = std::is_same_v<P, const float*>      ? 4
+                                : std::is_same_v<P, const uint16_t*> ? 2
+                                                                     : 1;
+template <int W, int RM, int RN, class P>
+MF_ALWAYS_INLINE int64_t strided_tiles(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw,
+                                       int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t S = (n1 - n0) / RN;
+  for (int64_t r = 0; r < S; ++r) {
+    const int64_t at = (n0 + r) * ldw;
+    int64_t m = 0;
+    for (; m + RM <= M; m += RM)
+      rows_tile<W, RM, RN, false>(x + m * ldx, ldx, K, w, at, S * ldw, y + m * ldy + n0 + r, ldy, S);
+    for (; m < M; ++m) rows_tile<W, 1, RN, false>(x + m * ldx, ldx, K, w, at, S * ldw, y + m * ldy + n0 + r, ldy, S);
+  }
+  return n0 + RN * S;
+}
+
 // rows [n0, n1) of w against every row of x. One or two x rows (a decode step's products) wait on
 // memory, not arithmetic: tiles of 8 weight rows keep 8 streams in flight (f32 64-expert model, batch 1,
 // 2 threads: down products at K = 288 from 37 to 44 GB/s; bf16 and int8 gained more). Baseline x86
@@ -202,7 +228,10 @@ MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t 
   int64_t n = n0;
   constexpr int few = W >= 16 ? 2 : 1;  // x rows a tile of 8 weight rows takes: 16 accumulators of 32 zmm, 8 of 16 ymm
   if constexpr (W >= 8)
-    if (M <= few) n = rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
+    if (M <= few)
+      n = (n1 - n0) * K * weight_size<P> >= kStridedBytes
+              ? strided_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy)
+              : rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
   n = rows_tiles<W, RM, RN>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
   rows_tiles<W, 1, 1>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
 }

@@ -127,3 +127,37 @@ TEST(Q8, ViewsOfALargerWeightFindTheirScales) {
   EXPECT_THROW(q8_of(q[0].clone()), c10::Error);
   EXPECT_THROW(q8_of(q[0].narrow(1, 16, 32)), c10::Error);
 }
+
+// One or two x rows against a share of at least 512 KB of weights take tiles of rows 1/8 of the
+// share apart (row_kernel.cpp's strided tiles), smaller shares tiles of neighbouring rows: the same
+// sums bit for bit (a share cut into 32-row pieces against it whole), float64 math within K u, for
+// float32, bf16 and int8 weights, N not a multiple of 8, rows ld apart
+TEST(RowKernel, LargeSharesTakeStridedTilesWithTheSameSums) {
+  torch::manual_seed(11);
+  const int64_t K = 1024, ld = K + 32, N = 1029;  // int8: 1029 x 1024 bytes, a share of 1 MB
+  const auto w = torch::randn({N, ld}), q = quantised(w), half = w.to(at::kBFloat16);
+  const auto w64 = widened(q, at::kFloat).narrow(1, 0, K);
+  for (int64_t M : {1, 2, 3}) {
+    const auto x = torch::randn({M, K});
+    auto whole = [&](const auto& weights, at::Tensor y) {  // all N rows as one share
+      rows_part(x.data_ptr<float>(), K, M, K, weights, ld, 0, N, y.data_ptr<float>(), N);
+      return y;
+    };
+    auto pieces = [&](const auto& weights, at::Tensor y) {  // 32 rows at a time: 128 KB or less
+      for (int64_t n = 0; n < N; n += 32)
+        rows_part(x.data_ptr<float>(), K, M, K, weights, ld, n, std::min(N, n + 32), y.data_ptr<float>(), N);
+      return y;
+    };
+    const auto* f32 = w.data_ptr<float>();
+    const auto* bf16 = reinterpret_cast<const uint16_t*>(half.data_ptr<at::BFloat16>());
+    const double bound = static_cast<double>(K + 1) * std::ldexp(1.0, -24);
+    const auto y32 = whole(f32, torch::zeros({M, N})), y16 = whole(bf16, torch::zeros({M, N}));
+    const auto y8 = whole(q8_of(q), torch::zeros({M, N}));
+    EXPECT_TRUE(y32.equal(pieces(f32, torch::zeros({M, N})))) << "float32, M " << M;
+    EXPECT_TRUE(y16.equal(pieces(bf16, torch::zeros({M, N})))) << "bf16, M " << M;
+    EXPECT_TRUE(y8.equal(pieces(q8_of(q), torch::zeros({M, N})))) << "int8, M " << M;
+    EXPECT_LT(sum_error(y32, x, w.narrow(1, 0, K)), bound) << "float32, M " << M;
+    EXPECT_LT(sum_error(y16, x, half.narrow(1, 0, K)), bound) << "bf16, M " << M;
+    EXPECT_LT(sum_error(y8, x, w64), bound) << "int8, M " << M;
+  }
+}
