@@ -74,7 +74,7 @@ MF_ALWAYS_INLINE const float* chunked_x(const float* x, int64_t ldx, int64_t M, 
 // acc[m][n] += the whole chunks of x (chunked_x) times w's rows at + n ldw; returns where they end
 template <int W, int RM, int RN, bool Ahead>
 MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], const float* x, int64_t ldx, int64_t K,
-                                   const Q8Rows& w, int64_t at, int64_t ldw) {
+                                   const Q8Rows& w, int64_t at, int64_t ldw, int64_t next) {
   using L = Bf16Lanes<W>;
   using Vec = typename L::Vec;
   constexpr int C = 4 * W;
@@ -83,7 +83,7 @@ MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], co
     typename L::Words raw[RN];
     Vec scale[RN];
     for (int n = 0; n < RN; ++n) {
-      if constexpr (Ahead) __builtin_prefetch(w.q + at + (RN + n) * ldw + k);
+      if constexpr (Ahead) __builtin_prefetch(w.q + at + next + n * ldw + k);
       raw[n] = *reinterpret_cast<const typename L::Words*>(w.q + at + n * ldw + k);
       scale[n] = chunk_scales<W>(w, at + n * ldw + k);
     }
@@ -143,20 +143,20 @@ MF_ALWAYS_INLINE Vec lane_sums(const Vec (&v)[R]) {
 }
 
 // y[m * ldy + n * step] = sum_k x[m * ldx + k] w(at + n * ldw + k) for m < RM, n < RN; Ahead: the
-// next tile's weight rows prefetched along the way
+// next tile's weight rows (from at + next on, ldw apart) prefetched along the way
 template <int W, int RM, int RN, bool Ahead, class P>
-MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P& w, int64_t at, int64_t ldw, float* y,
-                                int64_t ldy, int64_t step = 1) {
+MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P& w, int64_t at, int64_t ldw,
+                                int64_t next, float* y, int64_t ldy, int64_t step) {
   using Vec = typename Bf16Lanes<W>::Vec;
   Vec acc[RM][RN];
   for (int m = 0; m < RM; ++m)
     for (int n = 0; n < RN; ++n) acc[m][n] = Vec{};
   int64_t k = 0;
-  if constexpr (std::is_same_v<P, Q8Rows>) k = q8_chunks<W, RM, RN, Ahead>(acc, x, ldx, K, w, at, ldw);
+  if constexpr (std::is_same_v<P, Q8Rows>) k = q8_chunks<W, RM, RN, Ahead>(acc, x, ldx, K, w, at, ldw, next);
   for (; k + W <= K; k += W) {
     Vec wk[RN];
     if constexpr (Ahead)
-      for (int n = 0; n < RN; ++n) prefetch_weights(w, at + (RN + n) * ldw + k);
+      for (int n = 0; n < RN; ++n) prefetch_weights(w, at + next + n * ldw + k);
     for (int n = 0; n < RN; ++n) wk[n] = weight_lanes<W>(w, at + n * ldw + k);
     for (int m = 0; m < RM; ++m) {
       const Vec xk = *reinterpret_cast<const Vec*>(x + m * ldx + k);
@@ -173,48 +173,38 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
   }
 }
 
-// rows [n0, n1) of w against every row of x: tiles of RN weight rows, RM x rows at a time; returns
-// where the whole tiles end
-template <int W, int RM, int RN, class P>
-MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw,
-                                    int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  int64_t n = n0;
-  for (; n + RN <= n1; n += RN) {
-    int64_t m = 0;  // the first tile prefetches the next weight rows, unless x is one row (it waits on memory anyway)
-    if constexpr (RM > 1)
-      if (M >= RM) rows_tile<W, RM, RN, true>(x, ldx, K, w, n * ldw, ldw, y + n, ldy), m = RM;
-    for (; m + RM <= M; m += RM)
-      rows_tile<W, RM, RN, false>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
-    if (m == 0 && M > 1) rows_tile<W, 1, RN, true>(x, ldx, K, w, n * ldw, ldw, y + n, ldy), m = 1;
-    for (; m < M; ++m) rows_tile<W, 1, RN, false>(x + m * ldx, ldx, K, w, n * ldw, ldw, y + m * ldy + n, ldy);
-  }
-  return n;
-}
-
-// rows [n0, n0 + RN S) of w, S = (n1 - n0) / RN, against every row of x, as S tiles of rows n0 + r + j S
-// (j < RN): each of the tile's weight streams runs on through consecutive rows where a tile of
-// neighbouring rows ends them every RN rows. One-row products, 2 threads, 460 MB of weights:
-// rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55 (docs/benchmarks.md); taken
-// from kStridedBytes of weights on (in-process rounds, the 64-expert model's decode step: float32
-// 0.91-0.92x the time, bf16 0.92x, int8 0.98x; the quickstart's, whose weights the cache holds,
-// 1.01-1.10x, where strided tiles for every product took 1.07-1.18x). Returns where the tiles end.
+// Tiles of rows n0 + t + j S (j < RN, S = (n1 - n0) / RN) are taken from kStridedBytes of weights
+// on for one or two x rows, where a tile of neighbouring rows would end each weight stream every RN
+// rows: each stream runs on through consecutive rows. One-row products, 2 threads, 460 MB of
+// weights: rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55 (docs/benchmarks.md);
+// the 64-expert model's decode step (in-process rounds) float32 0.91-0.92x the time, bf16 0.92x,
+// int8 0.98x; the quickstart's, whose weights the cache holds, 1.01-1.10x, where strided tiles for
+// every product took 1.07-1.18x. At 4 and 8 x rows (batch 4 and 8): 1.00x and 0.96-0.98x, the
+// quickstart's 1.035x: not taken there.
 constexpr int64_t kStridedBytes = int64_t{512} << 10;
 template <class P>
 constexpr int64_t weight_size = std::is_same_v<P, const float*>      ? 4
                                 : std::is_same_v<P, const uint16_t*> ? 2
                                                                      : 1;
+
+// rows [n0, n1) of w against every row of x: tiles of RN weight rows, neighbouring or with `strided`
+// (n1 - n0) / RN apart, RM x rows at a time; returns where the whole tiles end
 template <int W, int RM, int RN, class P>
-MF_ALWAYS_INLINE int64_t strided_tiles(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw,
-                                       int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int64_t S = (n1 - n0) / RN;
-  for (int64_t r = 0; r < S; ++r) {
-    const int64_t at = (n0 + r) * ldw;
-    int64_t m = 0;
+MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw,
+                                    int64_t n0, int64_t n1, float* y, int64_t ldy, bool strided = false) {
+  const int64_t tiles = (n1 - n0) / RN, apart = strided ? tiles : 1;
+  const int64_t row = apart * ldw, next = strided ? ldw : RN * ldw;  // a tile's rows apart; the next tile's first
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t n = n0 + (strided ? t : t * RN), at = n * ldw;
+    int64_t m = 0;  // the first tile prefetches the next weight rows, unless x is one row (it waits on memory anyway)
+    if constexpr (RM > 1)
+      if (M >= RM) rows_tile<W, RM, RN, true>(x, ldx, K, w, at, row, next, y + n, ldy, apart), m = RM;
     for (; m + RM <= M; m += RM)
-      rows_tile<W, RM, RN, false>(x + m * ldx, ldx, K, w, at, S * ldw, y + m * ldy + n0 + r, ldy, S);
-    for (; m < M; ++m) rows_tile<W, 1, RN, false>(x + m * ldx, ldx, K, w, at, S * ldw, y + m * ldy + n0 + r, ldy, S);
+      rows_tile<W, RM, RN, false>(x + m * ldx, ldx, K, w, at, row, next, y + m * ldy + n, ldy, apart);
+    if (m == 0 && M > 1) rows_tile<W, 1, RN, true>(x, ldx, K, w, at, row, next, y + n, ldy, apart), m = 1;
+    for (; m < M; ++m) rows_tile<W, 1, RN, false>(x + m * ldx, ldx, K, w, at, row, next, y + m * ldy + n, ldy, apart);
   }
-  return n0 + RN * S;
+  return n0 + tiles * RN;
 }
 
 // rows [n0, n1) of w against every row of x. One or two x rows (a decode step's products) wait on
@@ -227,11 +217,9 @@ MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t 
   if constexpr (std::is_same_v<P, Q8Rows>) x = chunked_x<W>(x, ldx, M, K), ldx = K;
   int64_t n = n0;
   constexpr int few = W >= 16 ? 2 : 1;  // x rows a tile of 8 weight rows takes: 16 accumulators of 32 zmm, 8 of 16 ymm
+  const bool large = (n1 - n0) * K * weight_size<P> >= kStridedBytes;
   if constexpr (W >= 8)
-    if (M <= few)
-      n = (n1 - n0) * K * weight_size<P> >= kStridedBytes
-              ? strided_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy)
-              : rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
+    if (M <= few) n = rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy, large);
   n = rows_tiles<W, RM, RN>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
   rows_tiles<W, 1, 1>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
 }
