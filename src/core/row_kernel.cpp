@@ -179,7 +179,8 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
 // weights: rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55 (docs/benchmarks.md);
 // the 64-expert model's decode step (in-process rounds) float32 0.91-0.92x the time, bf16 0.92x,
 // int8 0.98x; the quickstart's, whose weights the cache holds, 1.01-1.10x, where strided tiles for
-// every product took 1.07-1.18x. At 4 and 8 x rows (batch 4 and 8): 1.00x and 0.96-0.98x, the
+// every product took 1.07-1.18x; the AVX2 variant (MOEFORGE_SIMD=avx2) 0.84x, bf16 0.85x, int8
+// 1.03x, the quickstart 0.96x. At 4 and 8 x rows (batch 4 and 8): 1.00x and 0.96-0.98x, the
 // quickstart's 1.035x: not taken there.
 constexpr int64_t kStridedBytes = int64_t{512} << 10;
 template <class P>
