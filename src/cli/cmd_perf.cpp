@@ -44,7 +44,8 @@ void add_generate_bench(CLI::App* bench) {
   auto* gen = bench->add_subcommand(
       "generate",
       "greedy decoding with the KV cache at batch 1 and 8 against the memory-bandwidth bound (active weight bytes "
-      "per step over the streaming-read bandwidth that doctor prints, measured before and after) and the same model "
+      "per step over the streaming-read bandwidth that doctor prints, batch 1 in 3 rounds, each decode between two "
+      "reads) and the same model "
       "decoded in PyTorch (python3-torch) and in llama.cpp (GGUF f32 / f16 / q8_0 through node-llama-cpp)");
   const auto gen_t = std::make_shared<Timing>();
   static std::string gen_source = "configs/quickstart.toml", gen_peer = "bench/peers/generate.py",

@@ -89,19 +89,27 @@ GenerateBenchRow timed_row(TransformerLM& model, const std::vector<std::vector<i
 GenerateBenchRow beside_bound(TransformerLM& model, const std::vector<std::vector<int>>& prompts,
                               const SamplingOptions& o, DecodePath path, double bytes) {
   std::vector<GenerateBenchRow> rounds;
-  double before = read_bandwidth_gbs();
+  std::vector<double> reads = {read_bandwidth_gbs()};
   for (int i = 0; i < kBoundRounds; ++i) {
-    auto row = timed_row(model, prompts, o, path);
-    const double after = read_bandwidth_gbs();
-    row.read_gbs = std::max(before, after), before = after;
-    row.vs_bound = row.step_tokens_per_s * bytes / (row.read_gbs * 1e9);
-    rounds.push_back(row);
+    rounds.push_back(timed_row(model, prompts, o, path));
+    reads.push_back(read_bandwidth_gbs());
+  }
+  return median_beside_bound(rounds, reads, bytes);
+}
+
+}  // namespace
+
+GenerateBenchRow median_beside_bound(std::vector<GenerateBenchRow> rounds, const std::vector<double>& reads,
+                                     double bytes) {
+  TORCH_CHECK(!rounds.empty() && reads.size() == rounds.size() + 1, "median_beside_bound: ", rounds.size(),
+              " rounds need ", rounds.size() + 1, " reads, not ", reads.size());
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    rounds[i].read_gbs = std::max(reads[i], reads[i + 1]);
+    rounds[i].vs_bound = rounds[i].step_tokens_per_s * bytes / (rounds[i].read_gbs * 1e9);
   }
   std::sort(rounds.begin(), rounds.end(), [](const auto& a, const auto& b) { return a.vs_bound < b.vs_bound; });
   return rounds[rounds.size() / 2];
 }
-
-}  // namespace
 
 GenerateBenchResult bench_generate(const std::string& source, int64_t prompt_len, int64_t new_tokens,
                                    const std::vector<int64_t>& batches, const std::vector<std::string>& weights,

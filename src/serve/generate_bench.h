@@ -25,6 +25,12 @@ struct GenerateBenchRow {
 };
 constexpr int kBoundRounds = 3;
 
+// Batch 1's rounds against the bound: `rounds[i]` timed between streaming reads `reads[i]` and
+// `reads[i + 1]` (GB/s), `bytes` the weights read per decode step -> the round of the median ratio,
+// its bound's bandwidth the faster of its two reads, vs_bound = step tokens/s x bytes / bandwidth
+GenerateBenchRow median_beside_bound(std::vector<GenerateBenchRow> rounds, const std::vector<double>& reads,
+                                     double bytes);
+
 // Prompt processing at batch 1: prompt tokens per second up to the first new token (prefill, by the
 // decode engine in steps of DecodeEngine::kPrefillRows tokens where it runs the model, and picking
 // that token).
