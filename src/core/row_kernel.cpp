@@ -15,14 +15,23 @@ namespace {
 // The row kernel over GCC vectors of W floats: a tile of RM rows of x by RN rows of w keeps
 // RM x RN accumulators (the dot products' partial sums, one lane per k mod W), RN widened weight
 // vectors and one x vector in registers: 16 + 4 + 1 of AVX-512's 32 zmm (RM = 4), 8 + 4 + 1 of
-// AVX2's or SSE's 16 (RM = 2; AVX2 with bf16 weights from 4 rows on 4 x 2, rows_avx2); one x row (two
-// on AVX-512) takes tiles of 8 weight rows (rows_body).
+// AVX2's or SSE's 16 (RM = 2); one x row (two on AVX-512) takes tiles of 8 weight rows (rows_body).
+
+// bf16 weights read in 32-bit words of two numbers (Chunk) rather than widened W at a time: the
+// AVX2 and baseline kernels' way (rows_body)
+struct Bf16Words {
+  const uint16_t* p;
+};
 
 // W weights from number i of w on as float32 lanes: bf16 bit patterns widened, float32 loaded as
 // they are, int8 times their block's scale (W divides 32 and i is a multiple of W: one block)
 template <int W>
 MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const uint16_t* w, int64_t i) {
   return widen_lanes<W>(w + i);
+}
+template <int W>
+MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const Bf16Words& w, int64_t i) {
+  return widen_lanes<W>(w.p + i);
 }
 template <int W>
 MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const float* w, int64_t i) {
@@ -36,60 +45,80 @@ MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec weight_lanes(const Q8Rows& w, int64_
   return v * w.scale[static_cast<uint64_t>(i) / kQ8Block];
 }
 
-// int8 weights a chunk of 4W numbers at a time: read as W 32-bit words of 4 numbers, number j of
-// word l (number 4l + j of the chunk) brought to the word's low end with its sign by two shifts,
-// then converted and scaled; x laid out to match (chunked_x): 3-4 instructions per W weights
-// where converting W bytes took 9 (AVX-512) and GCC does not give us vpmovsxbd from vectors.
-template <int W>
-MF_ALWAYS_INLINE typename Bf16Lanes<W>::Vec chunk_scales(const Q8Rows& w, int64_t i) {
-  using Vec = typename Bf16Lanes<W>::Vec;
-  const float* s = w.scale + static_cast<uint64_t>(i) / kQ8Block;
-  if constexpr (W == 16) {  // 64 numbers: words 0-7 in one block, 8-15 in the next
-    const Vec lo = Vec{} + s[0], hi = Vec{} + s[1];
-    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
-  } else {
-    return Vec{} + s[0];
-  }
-}
+// bf16 words and int8 weights a chunk of Q W numbers at a time (Q = kParts numbers a 32-bit word: 2
+// or 4), read as W words: part j of every word (number Q l + j of the chunk, word l) taken out by shifts
+// and masks that stay within 32-bit lanes, with x laid out to match (chunked_x). Widening W bf16
+// numbers takes a lane-crossing load and a shift, converting W int8 numbers 9 instructions
+// (AVX-512); GCC does not give us vpmovsxbd from vectors.
+template <class P>
+constexpr int kParts = std::is_same_v<P, Q8Rows>      ? 4
+                       : std::is_same_v<P, Bf16Words> ? 2
+                                                      : 1;
 
-// x [M, K] (rows ldx apart) with every whole chunk of 4W numbers reordered to x[4l + j] at j W + l
+MF_ALWAYS_INLINE const void* weight_bytes(const Bf16Words& w, int64_t i) { return w.p + i; }
+MF_ALWAYS_INLINE const void* weight_bytes(const Q8Rows& w, int64_t i) { return w.q + i; }
+
+// the chunk of W words from number i of w on: its words, and for int8 the scale of each lane's block
+// (W 16: words 0-7 in one block of 32 numbers, 8-15 in the next)
+template <int W, class P>
+struct Chunk {
+  using L = Bf16Lanes<W>;
+  typename L::Words raw;
+  typename L::Vec scale;
+  MF_ALWAYS_INLINE void load(const P& w, int64_t i) {
+    raw = *reinterpret_cast<const typename L::Words*>(weight_bytes(w, i));
+    if constexpr (std::is_same_v<P, Q8Rows>) {
+      const float* s = w.scale + static_cast<uint64_t>(i) / kQ8Block;
+      if constexpr (W == 16)
+        scale = __builtin_shufflevector(typename L::Vec{} + s[0], typename L::Vec{} + s[1], 0, 1, 2, 3, 4, 5, 6, 7, 24,
+                                        25, 26, 27, 28, 29, 30, 31);
+      else
+        scale = typename L::Vec{} + s[0];
+    }
+  }
+  // part j of every word as float32 lanes
+  MF_ALWAYS_INLINE typename L::Vec part(int j) const {
+    if constexpr (std::is_same_v<P, Q8Rows>)
+      return __builtin_convertvector((raw << (24 - 8 * j)) >> 24, typename L::Vec) * scale;
+    else
+      return (typename L::Vec)(j == 0 ? raw << 16 : raw & ~0xffff);  // bf16 bits at a float's top
+  }
+};
+
+// x [M, K] (rows ldx apart) with every whole chunk of Q W numbers reordered to x[Q l + j] at j W + l
 // (the rest as it is), into a buffer of this thread: [M, K]
-template <int W>
+template <int W, int Q>
 MF_ALWAYS_INLINE const float* chunked_x(const float* x, int64_t ldx, int64_t M, int64_t K) {
   thread_local std::vector<float> buf;
   buf.resize(static_cast<size_t>(M * K));
-  constexpr int C = 4 * W;
+  constexpr int C = Q * W;
   for (int64_t m = 0; m < M; ++m) {
     const float* from = x + m * ldx;
     float* to = buf.data() + m * K;
     int64_t c = 0;
     for (; c + C <= K; c += C)
-      for (int j = 0; j < 4; ++j)
-        for (int l = 0; l < W; ++l) to[c + j * W + l] = from[c + 4 * l + j];
+      for (int j = 0; j < Q; ++j)
+        for (int l = 0; l < W; ++l) to[c + j * W + l] = from[c + Q * l + j];
     std::copy(from + c, from + K, to + c);
   }
   return buf.data();
 }
 
 // acc[m][n] += the whole chunks of x (chunked_x) times w's rows at + n ldw; returns where they end
-template <int W, int RM, int RN, bool Ahead>
-MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], const float* x, int64_t ldx, int64_t K,
-                                   const Q8Rows& w, int64_t at, int64_t ldw, int64_t next) {
-  using L = Bf16Lanes<W>;
-  using Vec = typename L::Vec;
-  constexpr int C = 4 * W;
+template <int W, int RM, int RN, bool Ahead, class P>
+MF_ALWAYS_INLINE int64_t chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], const float* x, int64_t ldx, int64_t K,
+                                const P& w, int64_t at, int64_t ldw, int64_t next) {
+  using Vec = typename Bf16Lanes<W>::Vec;
+  constexpr int C = kParts<P> * W;
   int64_t k = 0;
   for (; k + C <= K; k += C) {
-    typename L::Words raw[RN];
-    Vec scale[RN];
-    for (int n = 0; n < RN; ++n) {
-      if constexpr (Ahead) __builtin_prefetch(w.q + at + next + n * ldw + k);
-      raw[n] = *reinterpret_cast<const typename L::Words*>(w.q + at + n * ldw + k);
-      scale[n] = chunk_scales<W>(w, at + n * ldw + k);
-    }
-    for (int j = 0; j < 4; ++j) {
+    if constexpr (Ahead)
+      for (int n = 0; n < RN; ++n) __builtin_prefetch(weight_bytes(w, at + next + n * ldw + k));
+    Chunk<W, P> chunk[RN];
+    for (int n = 0; n < RN; ++n) chunk[n].load(w, at + n * ldw + k);
+    for (int j = 0; j < kParts<P>; ++j) {
       Vec wj[RN];
-      for (int n = 0; n < RN; ++n) wj[n] = __builtin_convertvector((raw[n] << (24 - 8 * j)) >> 24, Vec) * scale[n];
+      for (int n = 0; n < RN; ++n) wj[n] = chunk[n].part(j);
       for (int m = 0; m < RM; ++m) {
         const Vec xk = *reinterpret_cast<const Vec*>(x + m * ldx + k + j * W);
         for (int n = 0; n < RN; ++n) acc[m][n] += xk * wj[n];
@@ -100,9 +129,11 @@ MF_ALWAYS_INLINE int64_t q8_chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], co
 }
 MF_ALWAYS_INLINE void prefetch_weights(const float* w, int64_t i) { __builtin_prefetch(w + i); }
 MF_ALWAYS_INLINE void prefetch_weights(const uint16_t* w, int64_t i) { __builtin_prefetch(w + i); }
+MF_ALWAYS_INLINE void prefetch_weights(const Bf16Words& w, int64_t i) { __builtin_prefetch(w.p + i); }
 MF_ALWAYS_INLINE void prefetch_weights(const Q8Rows& w, int64_t i) { __builtin_prefetch(w.q + i); }
 MF_ALWAYS_INLINE float weight_value(const float* w, int64_t i) { return w[i]; }
 MF_ALWAYS_INLINE float weight_value(const uint16_t* w, int64_t i) { return bf16_value(w[i]); }
+MF_ALWAYS_INLINE float weight_value(const Bf16Words& w, int64_t i) { return bf16_value(w.p[i]); }
 MF_ALWAYS_INLINE float weight_value(const Q8Rows& w, int64_t i) {
   return static_cast<float>(w.q[i]) * w.scale[static_cast<uint64_t>(i) / kQ8Block];
 }
@@ -152,7 +183,7 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
   for (int m = 0; m < RM; ++m)
     for (int n = 0; n < RN; ++n) acc[m][n] = Vec{};
   int64_t k = 0;
-  if constexpr (std::is_same_v<P, Q8Rows>) k = q8_chunks<W, RM, RN, Ahead>(acc, x, ldx, K, w, at, ldw, next);
+  if constexpr (kParts < P >> 1) k = chunks<W, RM, RN, Ahead>(acc, x, ldx, K, w, at, ldw, next);
   for (; k + W <= K; k += W) {
     Vec wk[RN];
     if constexpr (Ahead)
@@ -173,20 +204,18 @@ MF_ALWAYS_INLINE void rows_tile(const float* x, int64_t ldx, int64_t K, const P&
   }
 }
 
-// Tiles of rows n0 + t + j S (j < RN, S = (n1 - n0) / RN) are taken from kStridedBytes of weights
-// on for one or two x rows, where a tile of neighbouring rows would end each weight stream every RN
-// rows: each stream runs on through consecutive rows. One-row products, 2 threads, 460 MB of
-// weights: rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55 (docs/benchmarks.md);
-// the 64-expert model's decode step (in-process rounds) float32 0.91-0.92x the time, bf16 0.92x,
-// int8 0.98x; the quickstart's, whose weights the cache holds, 1.01-1.10x, where strided tiles for
-// every product took 1.07-1.18x; the AVX2 variant (MOEFORGE_SIMD=avx2) 0.84x, bf16 0.85x, int8
-// 1.03x, the quickstart 0.96x. At 4 and 8 x rows (batch 4 and 8): 1.00x and 0.96-0.98x, the
-// quickstart's 1.035x: not taken there.
-constexpr int64_t kStridedBytes = int64_t{512} << 10;
-template <class P>
-constexpr int64_t weight_size = std::is_same_v<P, const float*>      ? 4
-                                : std::is_same_v<P, const uint16_t*> ? 2
-                                                                     : 1;
+// Tiles of rows n0 + t + j S (j < RN, S = (n1 - n0) / RN) are taken from kStridedNumbers weights
+// on (512 KB of float32) for one or two x rows, where a tile of neighbouring rows would end each
+// weight stream every RN rows: each stream runs on through consecutive rows. One-row products, 2
+// threads, 460 MB of weights: rows of 288 numbers 38-45 -> 49-54 GB/s, of 1024 41-52 -> 49-55
+// (docs/benchmarks.md); the 64-expert model's decode step (in-process rounds) float32 0.91-0.92x
+// the time; the quickstart's, whose weights the cache holds, 1.01-1.10x, where strided tiles for
+// every product took 1.07-1.18x; the AVX2 variant (MOEFORGE_SIMD=avx2) 0.84x, the quickstart 0.96x.
+// Counted in numbers, not bytes: bf16 and int8 rows are shorter streams still, and the
+// 64-expert model's experts (shares of 147 K numbers) took 0.94x (AVX2 0.86x) the step in bf16
+// and 0.89-0.96x (AVX2 0.82-1.05x) in int8 against a 512 KB threshold. At 4 and 8 x rows (batch 4
+// and 8): 1.00x and 0.96-0.98x, the quickstart's 1.035x: not taken there.
+constexpr int64_t kStridedNumbers = int64_t{128} << 10;
 
 // rows [n0, n1) of w against every row of x: tiles of RN weight rows, neighbouring or with `strided`
 // (n1 - n0) / RN apart, RM x rows at a time; returns where the whole tiles end
@@ -215,10 +244,16 @@ MF_ALWAYS_INLINE int64_t rows_tiles(const float* x, int64_t ldx, int64_t M, int6
 template <int W, int RM, int RN, class P>
 MF_ALWAYS_INLINE void rows_body(const float* x, int64_t ldx, int64_t M, int64_t K, const P& w, int64_t ldw, int64_t n0,
                                 int64_t n1, float* y, int64_t ldy) {
-  if constexpr (std::is_same_v<P, Q8Rows>) x = chunked_x<W>(x, ldx, M, K), ldx = K;
+  // bf16 on AVX2 and baseline: in words. One thread from L2, GFLOP/s at 1 / 2 / 8 / 64 x rows: AVX2
+  // 27 / 45 / 59 / 69 -> 57 / 84 / 86 / 86, baseline 13 / 19 / 20 / 21 -> 31 / 29 / 28 / 31;
+  // AVX-512 45 / 64 / 93 / 102 -> 68 / 71 / 91 / 97, but from DRAM (2 threads, 460 MB) 0.93x the
+  // rate at one row and 0.84x at 8, and its decode steps at batch 8 1.01-1.13x the time: not there.
+  if constexpr (std::is_same_v<P, const uint16_t*> && W < 16)
+    return rows_body<W, RM, RN>(x, ldx, M, K, Bf16Words{w}, ldw, n0, n1, y, ldy);
+  if constexpr (kParts < P >> 1) x = chunked_x<W, kParts<P>>(x, ldx, M, K), ldx = K;
   int64_t n = n0;
   constexpr int few = W >= 16 ? 2 : 1;  // x rows a tile of 8 weight rows takes: 16 accumulators of 32 zmm, 8 of 16 ymm
-  const bool large = (n1 - n0) * K * weight_size<P> >= kStridedBytes;
+  const bool large = (n1 - n0) * K >= kStridedNumbers;
   if constexpr (W >= 8)
     if (M <= few) n = rows_tiles<W, few, 8>(x, ldx, M, K, w, ldw, n, n1, y, ldy, large);
   n = rows_tiles<W, RM, RN>(x, ldx, M, K, w, ldw, n, n1, y, ldy);
@@ -233,14 +268,8 @@ template <class P>
 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))) void rows_avx512 MF_ROWS_PARAMS {
   rows_body<16, 4, 4> MF_ROWS_ARGS;
 }
-// bf16 weights from 4 x rows on: tiles of 4 x rows by 2 weight rows, each widened weight vector used
-// 4 times, not 2 (one thread, K 2048, N 6144: 64 rows 34 -> 23 ms, 8 rows 4.2 -> 2.9). Not for 2 or
-// 3 rows left over (they run one by one: 6 and 7 rows 5-7 % slower), nor for float32 or int8 weights
-// (no gain).
 template <class P>
 __attribute__((target("avx2,fma"))) void rows_avx2 MF_ROWS_PARAMS {
-  if constexpr (std::is_same_v<P, const uint16_t*>)
-    if (M >= 4 && M % 4 < 2) return rows_body<8, 4, 2> MF_ROWS_ARGS;
   rows_body<8, 2, 4> MF_ROWS_ARGS;
 }
 #endif

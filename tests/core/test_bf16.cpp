@@ -37,10 +37,11 @@ TEST(Bf16, ProjectEqualsFloat64MathOnTheRoundedWeights) {
   for (int threads : {1, 2}) {
     at::set_num_threads(threads);
     // M: one row, whole and partial row tiles, the largest the row kernel takes, the panel path above it;
-    // K: below, at and between vector widths (the scalar tail); N: whole and partial tiles of 4 weight rows
+    // K: below, at and between vector widths (the scalar tail), 61 = whole chunks of words, a vector and a
+    // tail on AVX2 (48 + 8 + 5) and baseline (56 + 4 + 1); N: whole and partial tiles of 4 weight rows
     // (of 8 when M = 1: 14 = 8 + 4 + 2)
     for (int64_t M : {1, 2, 3, 5, 8, 40, 128, 129})
-      for (int64_t K : {1, 7, 16, 37, 100})
+      for (int64_t K : {1, 7, 16, 37, 61, 100})
         for (int64_t N : {1, 3, 4, 9, 14, 130}) {
           const auto what = fmt::format("M={} K={} N={} threads={}", M, K, N, threads);
           auto x = torch::randn({M, K});

@@ -134,7 +134,7 @@ TEST(Q8, ViewsOfALargerWeightFindTheirScales) {
 // float32, bf16 and int8 weights, N not a multiple of 8, rows ld apart
 TEST(RowKernel, LargeSharesTakeStridedTilesWithTheSameSums) {
   torch::manual_seed(11);
-  const int64_t K = 1024, ld = K + 32, N = 1029;  // int8: 1029 x 1024 bytes, a share of 1 MB
+  const int64_t K = 1024, ld = K + 32, N = 1029;  // a share of 1 M numbers
   const auto w = torch::randn({N, ld}), q = quantised(w), half = w.to(at::kBFloat16);
   const auto w64 = widened(q, at::kFloat).narrow(1, 0, K);
   for (int64_t M : {1, 2, 3}) {
@@ -143,7 +143,7 @@ TEST(RowKernel, LargeSharesTakeStridedTilesWithTheSameSums) {
       rows_part(x.data_ptr<float>(), K, M, K, weights, ld, 0, N, y.data_ptr<float>(), N);
       return y;
     };
-    auto pieces = [&](const auto& weights, at::Tensor y) {  // 32 rows at a time: 128 KB or less
+    auto pieces = [&](const auto& weights, at::Tensor y) {  // 32 rows at a time: 32 K numbers, neighbouring rows
       for (int64_t n = 0; n < N; n += 32)
         rows_part(x.data_ptr<float>(), K, M, K, weights, ld, n, std::min(N, n + 32), y.data_ptr<float>(), N);
       return y;

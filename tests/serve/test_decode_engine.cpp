@@ -176,23 +176,26 @@ TEST(DecodeEngine, RefusesUnknownSlotsTokensOutsideTheVocabularyTooManyRowsAndFu
 }
 
 // A prompt in one step, in chunks, or token by token, alone or beside a decoding row: the same
-// logits bit for bit (each row's sums run in one order whatever else the step holds).
+// logits bit for bit (each row's sums run in one order whatever else the step holds), for weights
+// in float32, bf16 and int8.
 TEST(DecodeEngine, APromptInOneStepEqualsItTokenByTokenBitForBit) {
-  for (int team : {1, 2}) {
-    at::set_num_threads(team);
-    auto m = engine_model(test::plain_moe());
-    const std::vector<int64_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
-    DecodeEngine whole(*m, 2), single(*m, 2);
-    const auto at_once = whole.prefill(0, prompt);
-    at::Tensor one_by_one;
-    for (auto t : prompt) one_by_one = single.step({1}, {t})[0];
-    EXPECT_TRUE(at_once.equal(one_by_one)) << team << " threads";
-    // continued: slot 1 of `whole` takes the prompt beside slot 0's next token
-    const auto both = whole.step({0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {7, 3, 14, 15, 92, 65, 35, 89, 79, 32, 38});
-    EXPECT_TRUE(both[1].equal(one_by_one)) << team << " threads";
-    EXPECT_TRUE(both[0].equal(single.step({1}, {7})[0])) << team << " threads";
-    EXPECT_EQ(whole.length(0), 11);
-  }
+  for (auto weights : {at::kFloat, at::kBFloat16, at::kChar})
+    for (int team : {1, 2}) {
+      at::set_num_threads(team);
+      SCOPED_TRACE(weight_dtype_name(weights));
+      auto m = engine_model(test::plain_moe(), weights);
+      const std::vector<int64_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
+      DecodeEngine whole(*m, 2), single(*m, 2);
+      const auto at_once = whole.prefill(0, prompt);
+      at::Tensor one_by_one;
+      for (auto t : prompt) one_by_one = single.step({1}, {t})[0];
+      EXPECT_TRUE(at_once.equal(one_by_one)) << team << " threads";
+      // continued: slot 1 of `whole` takes the prompt beside slot 0's next token
+      const auto both = whole.step({0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {7, 3, 14, 15, 92, 65, 35, 89, 79, 32, 38});
+      EXPECT_TRUE(both[1].equal(one_by_one)) << team << " threads";
+      EXPECT_TRUE(both[0].equal(single.step({1}, {7})[0])) << team << " threads";
+      EXPECT_EQ(whole.length(0), 11);
+    }
   at::set_num_threads(2);
 }
 
