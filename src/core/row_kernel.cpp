@@ -55,8 +55,8 @@ constexpr int kParts = std::is_same_v<P, Q8Rows>      ? 4
                        : std::is_same_v<P, Bf16Words> ? 2
                                                       : 1;
 
-MF_ALWAYS_INLINE const void* weight_bytes(const Bf16Words& w, int64_t i) { return w.p + i; }
-MF_ALWAYS_INLINE const void* weight_bytes(const Q8Rows& w, int64_t i) { return w.q + i; }
+MF_ALWAYS_INLINE const void* word_address(const Bf16Words& w, int64_t i) { return w.p + i; }
+MF_ALWAYS_INLINE const void* word_address(const Q8Rows& w, int64_t i) { return w.q + i; }
 
 // the chunk of W words from number i of w on: its words, and for int8 the scale of each lane's block
 // (W 16: words 0-7 in one block of 32 numbers, 8-15 in the next)
@@ -66,7 +66,7 @@ struct Chunk {
   typename L::Words raw;
   typename L::Vec scale;
   MF_ALWAYS_INLINE void load(const P& w, int64_t i) {
-    raw = *reinterpret_cast<const typename L::Words*>(weight_bytes(w, i));
+    raw = *reinterpret_cast<const typename L::Words*>(word_address(w, i));
     if constexpr (std::is_same_v<P, Q8Rows>) {
       const float* s = w.scale + static_cast<uint64_t>(i) / kQ8Block;
       if constexpr (W == 16)
@@ -117,7 +117,7 @@ MF_ALWAYS_INLINE int64_t chunks(typename Bf16Lanes<W>::Vec (&acc)[RM][RN], const
   int64_t k = 0;
   for (; k + C <= K; k += C) {
     if constexpr (Ahead)
-      for (int n = 0; n < RN; ++n) __builtin_prefetch(weight_bytes(w, at + next + n * ldw + k));
+      for (int n = 0; n < RN; ++n) __builtin_prefetch(word_address(w, at + next + n * ldw + k));
     Chunk<W, P> chunk[RN];
     for (int n = 0; n < RN; ++n) chunk[n].load(w, at + n * ldw + k);
     if constexpr (std::is_same_v<P, Q8Rows> && W < 16) {
